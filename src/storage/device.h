@@ -1,0 +1,73 @@
+#pragma once
+// Namespace backends. A Device is shared by all reactor threads; each thread drives it through
+// its own Queue (for files, its own io_uring), so the data path takes no lock.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace sens::storage {
+
+enum class Op : uint8_t { kRead, kWrite, kFlush, kWriteZeroes, kDiscard };
+
+// One device I/O. Owned by the caller (preallocated per command slot); never allocated per I/O.
+struct Request {
+  Op op = Op::kRead;
+  bool fua = false;      // write through the device's volatile cache
+  uint64_t offset = 0;   // bytes; a multiple of block_size()
+  uint32_t length = 0;   // bytes; a multiple of block_size() (0 for kFlush)
+  void* buf = nullptr;   // read destination / write source; aligned to 4096 for file devices
+  int result = 0;        // set on completion: 0 or -errno
+  void (*on_complete)(Request*) = nullptr;
+  void* user = nullptr;  // the caller's context for on_complete
+};
+
+// A per-thread submission path. Memory backends complete inside submit(); io_uring-backed ones
+// complete later, from reap(), after kick() has handed the batch to the kernel.
+class Queue {
+ public:
+  virtual ~Queue() = default;
+  // Queues (or performs) `req`. The caller keeps `req` alive until on_complete runs.
+  virtual void submit(Request* req) = 0;
+  // Hands every request queued since the last kick() to the device in one system call.
+  virtual void kick() {}
+  // Runs on_complete for finished requests without blocking; returns how many.
+  virtual int reap() { return 0; }
+  // Readable when reap() has work (an eventfd registered with io_uring), or -1 if none.
+  virtual int event_fd() const { return -1; }
+  // Requests submitted and not yet completed.
+  virtual unsigned inflight() const { return 0; }
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // "ram:SIZE", "null:SIZE" or "file:PATH" (a regular file or a block device). Returns nullptr
+  // and sets *error on a bad spec or an unusable file.
+  static std::unique_ptr<Device> open(std::string_view spec, std::string* error,
+                                      bool read_only = false);
+
+  virtual uint64_t size() const = 0;        // bytes
+  virtual uint32_t block_size() const = 0;  // the logical block (LBA) size
+  virtual bool read_only() const { return false; }
+  virtual std::string describe() const = 0;  // "ram 1 GiB", "file /dev/sdb (512 B blocks)"
+  // Whether the device has a volatile write cache (so FLUSH/FUA matter).
+  virtual bool volatile_cache() const { return false; }
+
+  // A queue for one thread, able to hold `depth` requests in flight.
+  virtual std::unique_ptr<Queue> make_queue(unsigned depth) = 0;
+
+  // For memory-resident devices: the bytes [offset, offset + len) themselves, so that a read
+  // can be sent straight from them (zero copy). nullptr when reads must go through a Queue.
+  virtual const uint8_t* mapped(uint64_t offset, uint32_t len) const {
+    (void)offset;
+    (void)len;
+    return nullptr;
+  }
+
+  // Makes every completed write durable (at shutdown). Returns 0 or -errno.
+  virtual int sync() { return 0; }
+};
+
+}  // namespace sens::storage
