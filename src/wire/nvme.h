@@ -2,6 +2,7 @@
 // NVMe command set structures as they travel in NVMe/TCP capsules (NVMe 1.4 / NVMe-oF 1.1).
 // All multi-byte fields are little-endian; this project builds for little-endian hosts only.
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string_view>

@@ -57,7 +57,7 @@ struct __attribute__((packed)) ICReq {
   CommonHeader ch;
   uint16_t pfv;
   uint8_t hpda;
-  uint8_t digest;  // bit 0 header digest, bit 1 data digest
+  uint8_t digest;   // bit 0 header digest, bit 1 data digest
   uint32_t maxr2t;  // zero-based
   uint8_t rsvd[112];
 };
@@ -127,7 +127,10 @@ union HeaderSlot {
   DataHeader data;
   R2T r2t;
   uint8_t bytes[kMaxHlen + kDigestLen];
+  // A TermReq quotes up to 128 bytes behind its 24-byte header: 152 > 132 bytes above.
+  uint8_t term_bytes[kTermReqHlen + kTermReqMaxData];
 };
+static_assert(sizeof(HeaderSlot) == kTermReqHlen + kTermReqMaxData);
 
 // Which end of the connection received the PDU; each type flows one way only.
 enum class Receiver { kController, kHost };
@@ -141,8 +144,10 @@ struct Digests {
 // The outcome of validating a received header. fes == 0 means valid.
 struct Check {
   uint16_t fes = 0;
-  uint32_t fei = 0;         // byte offset of the offending field within the PDU header
-  const char* why = nullptr;  // human-readable reason, for logs and errors
+  uint32_t fei = 0;  // byte offset of the offending field within the PDU header
+  // Human-readable reason, for logs and errors. Static storage, but per thread and reused after
+  // 8 more failed checks on that thread: copy it to keep it longer.
+  const char* why = nullptr;
   explicit operator bool() const { return fes == 0; }
 };
 
@@ -156,13 +161,15 @@ bool carries_data(uint8_t type);
 // Validates the 8-byte common header of a PDU received after connection set-up (or, with
 // `before_ic`, the ICReq/ICResp that opens it): type and direction, hlen, digest flags
 // matching the negotiation, pdo and plen consistent, plen no larger than `max_plen`.
+// Before IC a TermReq is accepted too (a peer refusing our IC PDU); never answer it with one.
+// Fields are checked in header order, so `fei` names the lowest offending field.
 Check check_common(const CommonHeader& ch, Receiver receiver, Digests digests, uint32_t max_plen,
                    bool before_ic = false);
 
 // Sizes derived from a validated common header.
 struct Layout {
   uint32_t header_len;   // hlen + header digest
-  uint32_t data_offset;  // pdo (== header_len + padding) when data_len > 0
+  uint32_t data_offset;  // pdo (== header_len + padding) when data_len > 0, else header_len
   uint32_t data_len;     // payload bytes
   uint32_t trailer_len;  // data digest bytes after the payload
 };
