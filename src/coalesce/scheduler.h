@@ -73,10 +73,10 @@ class Scheduler {
   void on_flushed(FlushReason reason);
 
   // Observable state (Figure 3 of the paper).
-  uint32_t queued_pdus() const { return pdus_; }        // total counter
-  uint32_t queued_control() const { return ctrl_; }     // control counter
+  uint32_t queued_pdus() const { return pdus_; }     // total counter
+  uint32_t queued_control() const { return ctrl_; }  // control counter
   uint32_t queued_bytes() const { return bytes_; }
-  Nanos deadline() const { return deadline_; }            // T, armed by the group's first PDU
+  Nanos deadline() const { return deadline_; }               // T, armed by the group's first PDU
   Nanos control_deadline() const { return ctrl_deadline_; }  // Tc, armed by the first R2T
   const Config& config() const { return config_; }
   Stats& stats() { return stats_; }
@@ -89,7 +89,15 @@ class Scheduler {
   Nanos deadline_ = kNoDeadline, ctrl_deadline_ = kNoDeadline;
   static constexpr int kMaxTrackedR2T = 64;
   std::array<Nanos, kMaxTrackedR2T> r2t_enqueued_{};  // enqueue times of this group's R2Ts
+  uint32_t r2t_tracked_ = 0;  // used slots of r2t_enqueued_ (R2Ts are tracked under every policy)
+  // R2Ts beyond kMaxTrackedR2T: their count and enqueue offsets from the first of them, so
+  // they are recorded at their exact mean delay without storing each time.
+  uint64_t r2t_overflow_ = 0, r2t_overflow_offsets_ = 0;
+  Nanos r2t_overflow_base_ = 0;
   Stats stats_;
+
+  FlushReason expired(Nanos now) const;  // the timer reason due at `now`, or kNone
+  void track_r2t(Nanos now);
 };
 
 }  // namespace sens::coalesce

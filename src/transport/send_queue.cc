@@ -1,0 +1,161 @@
+#include "transport/send_queue.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <climits>
+
+namespace sens::transport {
+
+using coalesce::FlushReason;
+
+SendQueue::SendQueue(Reactor& reactor, const coalesce::Config& config, Owner& owner)
+    : reactor_(reactor),
+      owner_(owner),
+      scheduler_(config, reactor.clock()),
+      timer_([this] { on_timer(); }) {
+  iov_.reserve(1024);
+  scratch_.reserve(IOV_MAX);
+}
+
+SendQueue::~SendQueue() { reactor_.cancel(timer_); }
+
+void SendQueue::set_config(const coalesce::Config& config) {
+  flush(FlushReason::kImmediate);
+  scheduler_.~Scheduler();
+  new (&scheduler_) coalesce::Scheduler(config, reactor_.clock());
+}
+
+void SendQueue::enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent) {
+  uint32_t bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    if (iov[i].iov_len == 0) continue;
+    iov_.push_back({iov[i], {}});
+    bytes += uint32_t(iov[i].iov_len);
+  }
+  if (bytes == 0) {  // nothing to send: the PDU is "sent" now
+    if (sent.fn) sent.fn(sent.ctx, sent.arg);
+    return;
+  }
+  iov_.back().sent = sent;
+  queued_bytes_ += bytes;
+  FlushReason reason = scheduler_.on_enqueue(cls, bytes);
+  if (reason != FlushReason::kNone) {
+    commit(reason);
+    send_committed();
+  } else {
+    rearm_timer();
+  }
+}
+
+void SendQueue::commit(FlushReason reason) {
+  if (committed_ == iov_.size()) return;
+  scheduler_.on_flushed(reason);
+  committed_ = iov_.size();
+  rearm_timer();
+}
+
+void SendQueue::flush(FlushReason reason) {
+  commit(reason);
+  send_committed();
+}
+
+void SendQueue::on_writable() {
+  if (!blocked_) return;
+  blocked_ = false;
+  owner_.want_writable(false);
+  if (head_ < committed_)
+    ++scheduler_.stats().flushes[size_t(FlushReason::kSocketFull)];
+  send_committed();
+}
+
+void SendQueue::rearm_timer() {
+  Nanos d = scheduler_.next_deadline();
+  if (d == coalesce::kNoDeadline) {
+    reactor_.cancel(timer_);
+  } else if (!timer_.armed() || timer_.deadline() != d) {
+    reactor_.arm(timer_, d);
+  }
+}
+
+void SendQueue::on_timer() {
+  FlushReason reason = scheduler_.on_timer();
+  if (reason != FlushReason::kNone) {
+    commit(reason);
+    send_committed();
+  } else {
+    rearm_timer();
+  }
+}
+
+void SendQueue::send_committed() {
+  if (in_send_ || blocked_ || dead_) return;  // the running loop (or EPOLLOUT) picks it up
+  in_send_ = true;
+  while (head_ < committed_ && !blocked_ && !dead_) {
+    scratch_.clear();
+    size_t end = committed_;
+    if (end - head_ > IOV_MAX) end = head_ + IOV_MAX;
+    size_t want = 0;
+    for (size_t i = head_; i < end; ++i) {
+      iovec v = iov_[i].iov;
+      if (i == head_) {
+        v.iov_base = static_cast<char*>(v.iov_base) + head_offset_;
+        v.iov_len -= head_offset_;
+      }
+      scratch_.push_back(v);
+      want += v.iov_len;
+    }
+    msghdr msg{};
+    msg.msg_iov = scratch_.data();
+    msg.msg_iovlen = scratch_.size();
+    ssize_t sent = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ++counters_.sendmsg_calls;
+    ++scheduler_.stats().send_calls;
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        ++counters_.eagain;
+        blocked_ = true;
+        owner_.want_writable(true);
+        break;
+      }
+      dead_ = true;
+      in_send_ = false;
+      owner_.on_send_error(errno);
+      return;
+    }
+    counters_.bytes += size_t(sent);
+    queued_bytes_ -= size_t(sent);
+    size_t left = size_t(sent);
+    // Completion callbacks may enqueue more PDUs; they only append, so indices stay valid.
+    while (left > 0) {
+      Entry& e = iov_[head_];
+      size_t rest = e.iov.iov_len - head_offset_;
+      if (left < rest) {
+        head_offset_ += left;
+        break;
+      }
+      left -= rest;
+      head_offset_ = 0;
+      SentCallback cb = e.sent;
+      ++head_;
+      if (cb.fn) cb.fn(cb.ctx, cb.arg);
+    }
+    if (size_t(sent) < want) {  // the socket buffer is full: wait for EPOLLOUT
+      blocked_ = true;
+      owner_.want_writable(true);
+    }
+  }
+  in_send_ = false;
+  // Reclaim the consumed prefix so the vector stays small without reallocating.
+  if (head_ == iov_.size()) {
+    iov_.clear();
+    head_ = committed_ = 0;
+  } else if (head_ >= 4096 && head_ * 2 >= iov_.size()) {
+    iov_.erase(iov_.begin(), iov_.begin() + long(head_));
+    committed_ -= head_;
+    head_ = 0;
+  }
+}
+
+}  // namespace sens::transport

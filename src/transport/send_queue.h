@@ -1,0 +1,90 @@
+#pragma once
+// The one path by which a connection's PDUs leave: every outbound PDU is queued here as
+// iovecs pointing at its header slot and at its payload where it already lies, and the
+// coalescing scheduler decides when the queued group goes out in one sendmsg().
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "coalesce/scheduler.h"
+#include "reactor/reactor.h"
+
+namespace sens::transport {
+
+// Called once every byte of a PDU has been handed to the kernel, so the PDU's header slot and
+// payload buffer may be reused.
+struct SentCallback {
+  void (*fn)(void* ctx, uint64_t arg) = nullptr;
+  void* ctx = nullptr;
+  uint64_t arg = 0;
+};
+
+struct SendCounters {
+  uint64_t sendmsg_calls = 0;  // every sendmsg() attempt, EAGAIN included
+  uint64_t bytes = 0;
+  uint64_t eagain = 0;
+};
+
+class SendQueue {
+ public:
+  // `on_blocked(true)` asks the owner to watch EPOLLOUT, `on_blocked(false)` to stop.
+  // `on_error(errno)` reports a dead socket (the owner closes the connection).
+  struct Owner {
+    virtual ~Owner() = default;
+    virtual void want_writable(bool on) = 0;
+    virtual void on_send_error(int err) = 0;
+  };
+
+  SendQueue(Reactor& reactor, const coalesce::Config& config, Owner& owner);
+  ~SendQueue();
+  SendQueue(const SendQueue&) = delete;
+  SendQueue& operator=(const SendQueue&) = delete;
+
+  void set_fd(int fd) { fd_ = fd; }
+  // Changes the policy (e.g. an admin queue that must never delay: Policy::kOff).
+  void set_config(const coalesce::Config& config);
+
+  // Queues one PDU made of `n` iovecs. `sent` runs once all its bytes are in the kernel.
+  // `bytes` of the PDU count towards the byte cap. May send at once (policy, urgency, caps).
+  void enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent = {});
+
+  // Sends everything queued now (connection closing, or an owner-level decision).
+  void flush(coalesce::FlushReason reason);
+  // The socket became writable again: resume a partial send.
+  void on_writable();
+
+  bool idle() const { return head_ == iov_.size(); }
+  size_t queued_bytes() const { return queued_bytes_; }
+  const coalesce::Scheduler& scheduler() const { return scheduler_; }
+  coalesce::Scheduler& scheduler() { return scheduler_; }
+  const SendCounters& counters() const { return counters_; }
+
+ private:
+  struct Entry {
+    iovec iov;
+    SentCallback sent;  // fires when this iovec (the PDU's last) is fully sent
+  };
+  void commit(coalesce::FlushReason reason);
+  void send_committed();
+  void rearm_timer();
+  void on_timer();
+
+  Reactor& reactor_;
+  Owner& owner_;
+  int fd_ = -1;
+  coalesce::Scheduler scheduler_;
+  Timer timer_;
+  std::vector<Entry> iov_;  // [head_, committed_) ready to send; [committed_, end) the open group
+  size_t head_ = 0;
+  size_t committed_ = 0;
+  size_t head_offset_ = 0;  // bytes of iov_[head_] already sent
+  size_t queued_bytes_ = 0;
+  bool blocked_ = false;     // waiting for EPOLLOUT
+  bool in_send_ = false;     // re-entrancy guard: callbacks may enqueue
+  bool dead_ = false;
+  std::vector<iovec> scratch_;  // the iovec array handed to sendmsg
+  SendCounters counters_;
+};
+
+}  // namespace sens::transport
