@@ -35,9 +35,16 @@ class Queue {
   virtual int reap() { return 0; }
   // Readable when reap() has work (an eventfd registered with io_uring), or -1 if none.
   virtual int event_fd() const { return -1; }
+  // Whether reap() would find a completion, checked without a system call (for pollers). A
+  // poller must still call reap() when event_fd() is readable, since reap() also clears it.
+  virtual bool ready() const { return false; }
   // Requests submitted and not yet completed.
   virtual unsigned inflight() const { return 0; }
 };
+
+// Checks the syntax of a namespace spec without opening anything: "" or the precise error
+// (an unknown kind, a bad size, a missing path). Device::open() may still fail on the file.
+std::string check_spec(std::string_view spec);
 
 class Device {
  public:

@@ -35,6 +35,14 @@ PduReader::Status PduReader::finish_header() {
     sink_.on_pdu_error(bad, header_, ch.hlen);
     return Status::kStopped;
   }
+  if (ch.plen > max_plen_) {
+    bool h2c = ch.type == uint8_t(pdu::Type::kH2CData);
+    pdu::Check big{h2c ? pdu::fes::kDataLimitExceeded : pdu::fes::kInvalidHeaderField,
+                   h2c ? uint32_t(offsetof(pdu::DataHeader, datal)) : 4u,
+                   h2c ? "H2CData larger than the connection accepts" : "PDU longer than allowed"};
+    sink_.on_pdu_error(big, header_, ch.hlen);
+    return Status::kStopped;
+  }
   payload_ = nullptr;
   payload_len_ = 0;
   if (!sink_.on_pdu_header(ch, layout_)) return Status::kStopped;
@@ -77,7 +85,9 @@ PduReader::Status PduReader::process() {
         if (header_have_ < header_need_) return Status::kOk;
         if (header_need_ == sizeof(pdu::CommonHeader)) {
           auto& ch = *reinterpret_cast<const pdu::CommonHeader*>(header_);
-          pdu::Check check = pdu::check_common(ch, receiver_, digests_, max_plen_, !after_ic_);
+          // The size limit is checked once the whole header is in (finish_header), where an
+          // H2CData's excess can be named as data limit exceeded.
+          pdu::Check check = pdu::check_common(ch, receiver_, digests_, UINT32_MAX, !after_ic_);
           if (!check) {
             sink_.on_pdu_error(check, header_, header_have_);
             return Status::kStopped;

@@ -1,0 +1,337 @@
+// file: a regular file or a block device through O_DIRECT and one io_uring per queue. Requests
+// are only prepared by submit(); kick() hands the batch to the kernel with one system call.
+#include <fcntl.h>
+#include <liburing.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "storage/backends.h"
+
+namespace sens::storage {
+
+namespace {
+
+constexpr uint32_t kRegularFileBlockSize = 4096;
+constexpr unsigned kMaxRingEntries = 4096;
+
+class FileDevice final : public Device {
+ public:
+  FileDevice(int fd, std::string path, uint64_t size, uint32_t block_size, bool read_only,
+             bool is_block_device, bool direct)
+      : fd_(fd),
+        path_(std::move(path)),
+        size_(size),
+        block_size_(block_size),
+        read_only_(read_only),
+        is_block_device_(is_block_device),
+        direct_(direct) {}
+  ~FileDevice() override { ::close(fd_); }
+
+  uint64_t size() const override { return size_; }
+  uint32_t block_size() const override { return block_size_; }
+  bool read_only() const override { return read_only_; }
+  bool volatile_cache() const override { return true; }
+  std::string describe() const override {
+    std::string text = "file " + path_ + " (" + format_size(size_) + ", " +
+                       std::to_string(block_size_) + " B blocks";
+    if (!direct_) text += ", buffered: no O_DIRECT here";
+    if (read_only_) text += ", read-only";
+    return text + ")";
+  }
+  std::unique_ptr<Queue> make_queue(unsigned depth) override;
+  int sync() override { return ::fdatasync(fd_) == 0 ? 0 : -errno; }
+
+  int fd() const { return fd_; }
+  bool is_block_device() const { return is_block_device_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  uint64_t size_;
+  uint32_t block_size_;
+  bool read_only_;
+  bool is_block_device_;
+  bool direct_;
+};
+
+// Stands in when a ring cannot be set up (e.g. io_uring disabled): fails every request with the
+// reason, so callers get an error instead of a null queue.
+class FailedQueue final : public Queue {
+ public:
+  explicit FailedQueue(int error) : error_(error) {}
+  void submit(Request* req) override {
+    req->result = error_;
+    if (req->on_complete) req->on_complete(req);
+  }
+
+ private:
+  int error_;
+};
+
+class FileQueue final : public Queue {
+ public:
+  FileQueue(FileDevice& device, unsigned depth) : device_(device), ops_(std::max(depth, 1u)) {
+    for (size_t i = 0; i + 1 < ops_.size(); ++i) ops_[i].next_free = &ops_[i + 1];
+    free_ = &ops_[0];
+  }
+
+  // Returns 0 or -errno.
+  int init() {
+    unsigned entries = std::min<unsigned>(unsigned(ops_.size()), kMaxRingEntries);
+    int rc = io_uring_queue_init(entries, &ring_, 0);
+    if (rc < 0) return rc;
+    ring_ready_ = true;
+    event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (event_fd_ < 0) return -errno;
+    return io_uring_register_eventfd(&ring_, event_fd_);
+  }
+
+  ~FileQueue() override {
+    // The kernel may still write into the callers' buffers: wait for every request, but call
+    // nobody back, since the callers are being torn down too.
+    if (ring_ready_) {
+      unsubmitted_ = 0;
+      io_uring_submit(&ring_);
+      while (inflight_ > 0) {
+        io_uring_cqe* cqe = nullptr;
+        if (io_uring_wait_cqe(&ring_, &cqe) != 0) break;
+        io_uring_cqe_seen(&ring_, cqe);
+        --inflight_;
+      }
+      io_uring_queue_exit(&ring_);
+    }
+    if (event_fd_ >= 0) ::close(event_fd_);
+  }
+
+  void submit(Request* req) override {
+    int rc = check_request(*req, device_.size(), device_.block_size(), device_.read_only());
+    if (rc == 0 && free_ == nullptr) rc = -EBUSY;  // more than `depth` requests in flight
+    if (rc != 0) {
+      req->result = rc;
+      if (req->on_complete) req->on_complete(req);
+      return;
+    }
+    Operation* op = free_;
+    free_ = op->next_free;
+    op->req = req;
+    op->done = 0;
+    op->zero_fill = false;
+    ++inflight_;
+    if (!prepare(op)) finish(op, -EBUSY);
+  }
+
+  void kick() override {
+    if (unsubmitted_ > 0) submit_prepared();
+  }
+
+  int reap() override {
+    uint64_t count;
+    // Cleared before draining: a completion posted after this read signals the eventfd again.
+    (void)!::read(event_fd_, &count, sizeof count);
+    int finished = 0;
+    io_uring_cqe* cqe = nullptr;
+    while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+      auto* op = static_cast<Operation*>(io_uring_cqe_get_data(cqe));
+      int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      finished += handle_completion(op, res);
+    }
+    // Remainders of short transfers and zero-fill steps prepared above.
+    if (unsubmitted_ > 0) submit_prepared();
+    return finished;
+  }
+
+  int event_fd() const override { return event_fd_; }
+  bool ready() const override { return io_uring_cq_ready(&ring_) > 0; }
+  unsigned inflight() const override { return inflight_; }
+
+ private:
+  struct Operation {
+    Request* req = nullptr;
+    uint64_t done = 0;       // bytes transferred so far (reads, writes, zero fill)
+    bool zero_fill = false;  // zeroing by writes, where the filesystem cannot zero a range
+    Operation* next_free = nullptr;
+  };
+
+  io_uring_sqe* get_sqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {  // the ring is full: hand what it holds to the kernel first
+      submit_prepared();
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+
+  void submit_prepared() {
+    int rc = io_uring_submit(&ring_);
+    if (rc >= 0) {
+      unsubmitted_ = 0;
+    } else if (rc != -EAGAIN && rc != -EBUSY && rc != -EINTR) {
+      LOG_ERROR("io_uring_submit: %s", std::strerror(-rc));
+    }  // transient refusals are retried by the next kick() or reap()
+  }
+
+  bool prepare(Operation* op) {
+    io_uring_sqe* sqe = get_sqe();
+    if (sqe == nullptr) return false;
+    Request& r = *op->req;
+    int fd = device_.fd();
+    uint64_t offset = r.offset + op->done;
+    uint32_t remaining = uint32_t(r.length - op->done);
+    if (op->zero_fill) {
+      io_uring_prep_write(sqe, fd, zero_region(), std::min<uint32_t>(remaining, kZeroRegionSize),
+                          offset);
+      if (r.fua) sqe->rw_flags = RWF_DSYNC;
+    } else {
+      switch (r.op) {
+        case Op::kRead:
+          io_uring_prep_read(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done, remaining, offset);
+          break;
+        case Op::kWrite:
+          io_uring_prep_write(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done, remaining, offset);
+          if (r.fua) sqe->rw_flags = RWF_DSYNC;
+          break;
+        case Op::kFlush:
+          io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+          break;
+        case Op::kWriteZeroes:
+          io_uring_prep_fallocate(sqe, fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+                                  off_t(r.offset), off_t(r.length));
+          break;
+        case Op::kDiscard:
+          io_uring_prep_fallocate(sqe, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                  off_t(r.offset), off_t(r.length));
+          break;
+      }
+    }
+    io_uring_sqe_set_data(sqe, op);
+    ++unsubmitted_;
+    return true;
+  }
+
+  // Returns 1 when the request finished, 0 when it goes on with another step.
+  int handle_completion(Operation* op, int res) {
+    Request& r = *op->req;
+    bool transfer = op->zero_fill || r.op == Op::kRead || r.op == Op::kWrite;
+    if (transfer && res > 0) {
+      op->done += uint64_t(res);
+      if (op->done < r.length) {  // a short transfer: go on with the remainder
+        if (prepare(op)) return 0;
+        return finish(op, -EBUSY);
+      }
+      return finish(op, 0);
+    }
+    if (transfer && res == 0) return finish(op, -EIO);  // no progress: never report success
+    if (res == -EOPNOTSUPP && (r.op == Op::kWriteZeroes || r.op == Op::kDiscard)) {
+      // Discarded blocks of a block device may read as anything, so nothing more is owed.
+      if (r.op == Op::kDiscard && device_.is_block_device()) return finish(op, 0);
+      op->zero_fill = true;
+      op->done = 0;
+      if (prepare(op)) return 0;
+      return finish(op, -EBUSY);
+    }
+    return finish(op, res);
+  }
+
+  int finish(Operation* op, int result) {
+    Request* req = op->req;
+    op->req = nullptr;
+    op->next_free = free_;
+    free_ = op;
+    --inflight_;
+    req->result = result;
+    if (req->on_complete) req->on_complete(req);
+    return 1;
+  }
+
+  FileDevice& device_;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  int event_fd_ = -1;
+  std::vector<Operation> ops_;
+  Operation* free_ = nullptr;
+  unsigned inflight_ = 0;
+  unsigned unsubmitted_ = 0;
+};
+
+std::unique_ptr<Queue> FileDevice::make_queue(unsigned depth) {
+  auto queue = std::make_unique<FileQueue>(*this, depth);
+  int rc = queue->init();
+  if (rc < 0) {
+    LOG_ERROR("file %s: cannot set up io_uring: %s", path_.c_str(), std::strerror(-rc));
+    return std::make_unique<FailedQueue>(rc);
+  }
+  return queue;
+}
+
+}  // namespace
+
+std::unique_ptr<Device> open_file(const std::string& path, bool read_only, std::string* error) {
+  const std::string spec = "file:" + path;
+  int flags = (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+  bool direct = true;
+  int fd = ::open(path.c_str(), flags | O_DIRECT);
+  if (fd < 0 && errno == EINVAL) {  // a filesystem without O_DIRECT (e.g. an old tmpfs)
+    direct = false;
+    fd = ::open(path.c_str(), flags);
+  }
+  if (fd < 0) {
+    *error = spec + ": cannot open " + (read_only ? "read-only" : "read-write") + ": " +
+             std::strerror(errno);
+    if (errno == ENOENT) *error += " (create it first, e.g. truncate -s 1G " + path + ")";
+    return nullptr;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    *error = spec + ": cannot stat: " + std::strerror(errno);
+    ::close(fd);
+    return nullptr;
+  }
+  uint64_t size = 0;
+  uint32_t block_size = 0;
+  bool is_block_device = S_ISBLK(st.st_mode);
+  if (S_ISREG(st.st_mode)) {
+    block_size = kRegularFileBlockSize;
+    size = uint64_t(st.st_size);
+  } else if (is_block_device) {
+    int logical_block = 0;
+    if (ioctl(fd, BLKSSZGET, &logical_block) != 0 || ioctl(fd, BLKGETSIZE64, &size) != 0) {
+      *error = spec + ": cannot read the block device's geometry: " + std::strerror(errno);
+      ::close(fd);
+      return nullptr;
+    }
+    block_size = uint32_t(logical_block);
+  } else {
+    *error = spec + ": not a regular file or a block device";
+    ::close(fd);
+    return nullptr;
+  }
+  if (size == 0) {
+    *error = spec + ": is empty (give it a size first, e.g. truncate -s 1G " + path + ")";
+    ::close(fd);
+    return nullptr;
+  }
+  if (size < block_size) {
+    *error = spec + ": is " + std::to_string(size) + " bytes, smaller than one " +
+             std::to_string(block_size) + "-byte block";
+    ::close(fd);
+    return nullptr;
+  }
+  size -= size % block_size;  // a partial last block cannot be addressed
+  return std::make_unique<FileDevice>(fd, path, size, block_size, read_only, is_block_device,
+                                      direct);
+}
+
+}  // namespace sens::storage

@@ -1,0 +1,113 @@
+// ram: an anonymous private mapping. Untouched pages cost nothing (they read as the shared
+// zero page), so a large namespace is free until written.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/units.h"
+#include "storage/backends.h"
+
+namespace sens::storage {
+
+namespace {
+
+constexpr uint32_t kBlockSize = 512;
+
+class RamDevice;
+
+// Completes every request inside submit(): the memcpy is the device access.
+class RamQueue final : public Queue {
+ public:
+  explicit RamQueue(RamDevice& device) : device_(device) {}
+  void submit(Request* req) override;
+
+ private:
+  RamDevice& device_;
+};
+
+class RamDevice final : public Device {
+ public:
+  RamDevice(uint8_t* base, uint64_t size, bool read_only)
+      : base_(base),
+        size_(size),
+        read_only_(read_only),
+        page_size_(uint64_t(sysconf(_SC_PAGESIZE))) {}
+  ~RamDevice() override { munmap(base_, size_); }
+
+  uint64_t size() const override { return size_; }
+  uint32_t block_size() const override { return kBlockSize; }
+  bool read_only() const override { return read_only_; }
+  std::string describe() const override {
+    return "ram " + format_size(size_) + (read_only_ ? " (read-only)" : "");
+  }
+  std::unique_ptr<Queue> make_queue(unsigned depth) override {
+    (void)depth;
+    return std::make_unique<RamQueue>(*this);
+  }
+  const uint8_t* mapped(uint64_t offset, uint32_t len) const override {
+    if (offset > size_ || len > size_ - offset) return nullptr;
+    return base_ + offset;
+  }
+
+  int execute(const Request& req) {
+    int rc = check_request(req, size_, kBlockSize, read_only_);
+    if (rc != 0) return rc;
+    switch (req.op) {
+      case Op::kRead:
+        std::memcpy(req.buf, base_ + req.offset, req.length);
+        return 0;
+      case Op::kWrite:
+        std::memcpy(base_ + req.offset, req.buf, req.length);
+        return 0;
+      case Op::kFlush:
+        return 0;  // memory has no cache to flush
+      case Op::kWriteZeroes:
+      case Op::kDiscard:
+        zero_range(req.offset, req.length);
+        return 0;
+    }
+    return -EINVAL;
+  }
+
+ private:
+  // Whole pages go back to the kernel (and read as zeroes again); only the edges are written.
+  void zero_range(uint64_t offset, uint64_t length) {
+    uint64_t end = offset + length;
+    uint64_t first_page = (offset + page_size_ - 1) / page_size_ * page_size_;
+    uint64_t last_page = end / page_size_ * page_size_;
+    if (first_page < last_page &&
+        madvise(base_ + first_page, last_page - first_page, MADV_DONTNEED) == 0) {
+      std::memset(base_ + offset, 0, first_page - offset);
+      std::memset(base_ + last_page, 0, end - last_page);
+    } else {
+      std::memset(base_ + offset, 0, length);
+    }
+  }
+
+  uint8_t* base_;
+  uint64_t size_;
+  bool read_only_;
+  uint64_t page_size_;
+};
+
+void RamQueue::submit(Request* req) {
+  req->result = device_.execute(*req);
+  if (req->on_complete) req->on_complete(req);
+}
+
+}  // namespace
+
+std::unique_ptr<Device> open_ram(uint64_t size, bool read_only, std::string* error) {
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    *error = "ram:" + format_size(size) + ": cannot map " + std::to_string(size) +
+             " bytes: " + std::strerror(errno);
+    return nullptr;
+  }
+  return std::make_unique<RamDevice>(static_cast<uint8_t*>(base), size, read_only);
+}
+
+}  // namespace sens::storage

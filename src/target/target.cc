@@ -1,0 +1,334 @@
+#include "target/target.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <future>
+
+#include "coalesce/stats_json.h"
+#include "common/log.h"
+
+namespace sens::target {
+
+// ---------------------------------------------------------------------------- reactor context
+
+// Reaps a device queue's completions when its eventfd fires.
+class ReactorContext::QueueWatcher final : public EventHandler {
+ public:
+  QueueWatcher(ReactorContext& ctx, storage::Queue* q) : ctx_(ctx), q_(q) {}
+  void on_event(uint32_t) override {
+    q_->reap();
+    ctx_.schedule_kick(q_);  // completions may have queued more device I/O
+  }
+
+ private:
+  ReactorContext& ctx_;
+  storage::Queue* q_;
+};
+
+ReactorContext::ReactorContext(Target& t, int index)
+    : reactor(index),
+      target(t),
+      registry(t.registry()),
+      config(t.config()),
+      next_id_(uint64_t(index) << 48) {}
+
+ReactorContext::~ReactorContext() {
+  conns_.clear();
+  for (auto& [ns, q] : queues_)
+    if (q->event_fd() >= 0) reactor.remove(q->event_fd());
+}
+
+storage::Queue* ReactorContext::queue_for(const Namespace* ns) {
+  auto it = queues_.find(ns);
+  if (it != queues_.end()) return it->second.get();
+  // First I/O to this namespace from this thread: its own queue (io_uring for files).
+  auto q = ns->device->make_queue(config.queue_size * 4);
+  storage::Queue* raw = q.get();
+  queues_.emplace(ns, std::move(q));
+  if (raw->event_fd() >= 0) {
+    watchers_.push_back(std::make_unique<QueueWatcher>(*this, raw));
+    reactor.add(raw->event_fd(), EPOLLIN, watchers_.back().get());
+  }
+  return raw;
+}
+
+void ReactorContext::schedule_kick(storage::Queue* q) {
+  if (q->event_fd() < 0) return;  // memory devices complete inline
+  if (std::find(kick_list_.begin(), kick_list_.end(), q) != kick_list_.end()) return;
+  if (kick_list_.empty())
+    reactor.defer([this] {
+      for (auto* k : kick_list_) k->kick();
+      kick_list_.clear();
+    });
+  kick_list_.push_back(q);
+}
+
+void ReactorContext::adopt(int fd, std::string peer, uint16_t local_port) {
+  uint64_t id = ++next_id_;
+  auto conn = std::make_unique<Connection>(*this, fd, id, std::move(peer), local_port);
+  conns_.emplace(id, std::move(conn));
+}
+
+void ReactorContext::close_connection(uint64_t id, const char* why) {
+  auto it = conns_.find(id);
+  if (it != conns_.end()) it->second->close(why);
+}
+
+void ReactorContext::close_all(const char* why) {
+  for (auto& [id, c] : conns_) c->close(why);
+}
+
+void ReactorContext::schedule_reap() {
+  if (reap_scheduled_) return;
+  reap_scheduled_ = true;
+  reactor.defer([this] {
+    reap_scheduled_ = false;
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if (it->second->reapable()) {
+        closed_coalesce_.merge(it->second->coalesce_stats());
+        ++closed_connections_;
+        it = conns_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  });
+}
+
+coalesce::Stats ReactorContext::total_stats() const {
+  coalesce::Stats total = closed_coalesce_;
+  for (auto& [id, c] : conns_) total.merge(c->coalesce_stats());
+  return total;
+}
+
+nlohmann::json ReactorContext::stats_json() {
+  nlohmann::json per = nlohmann::json::array();
+  uint64_t recv_calls = 0;
+  for (auto& [id, c] : conns_) {
+    recv_calls += c->recv_counters().recv_calls;
+    per.push_back(c->stats_json());
+  }
+  nlohmann::json j;
+  j["index"] = reactor.index();
+  j["connections"] = per;
+  j["connections_closed"] = closed_connections_;
+  j["recv_calls_open"] = recv_calls;
+  j["wakeups"] = reactor.stats().wakeups;
+  j["timers_fired"] = reactor.stats().timers_fired;
+  return j;
+}
+
+// ---------------------------------------------------------------------------- listener
+
+class Target::Listener final : public EventHandler {
+ public:
+  Listener(Target& t, int fd, uint16_t port) : target_(t), fd_(fd), port_(port) {}
+  ~Listener() override { ::close(fd_); }
+  int fd() const { return fd_; }
+
+  void on_event(uint32_t) override {
+    for (;;) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof(ss);
+      int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+          LOG_WARN("accept on port %u: %s", port_, std::strerror(errno));
+        return;
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      if (int buf = int(target_.config().sock_buf)) {  // tests: force partial sends
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+      }
+      char host[INET6_ADDRSTRLEN] = "?";
+      uint16_t peer_port = 0;
+      if (ss.ss_family == AF_INET) {
+        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        peer_port = ntohs(a->sin_port);
+      } else if (ss.ss_family == AF_INET6) {
+        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        peer_port = ntohs(a->sin6_port);
+      }
+      target_.dispatch_accepted(fd, std::string(host) + ":" + std::to_string(peer_port), port_);
+    }
+  }
+
+ private:
+  Target& target_;
+  int fd_;
+  uint16_t port_;
+};
+
+static int open_listener(const std::string& host, uint16_t port, uint16_t* bound_port,
+                         std::string* error) {
+  sockaddr_storage ss{};
+  socklen_t len;
+  int family;
+  if (host.find(':') != std::string::npos) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    inet_pton(AF_INET6, host.c_str(), &a->sin6_addr);
+    len = sizeof(*a);
+    family = AF_INET6;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    inet_pton(AF_INET, host.c_str(), &a->sin_addr);
+    len = sizeof(*a);
+    family = AF_INET;
+  }
+  int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, 1024) != 0) {
+    *error = "cannot listen on " + host + ":" + std::to_string(port) + ": " + std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  *bound_port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                        : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  return fd;
+}
+
+// ---------------------------------------------------------------------------- target
+
+Target::Target(TargetConfig config) : config_(std::move(config)) {}
+
+Target::~Target() { stop(); }
+
+std::string Target::start() {
+  std::string error = registry_.build(config_);
+  if (!error.empty()) return error;
+  for (int i = 0; i < config_.cores; ++i) ctxs_.push_back(std::make_unique<ReactorContext>(*this, i));
+
+  std::vector<std::pair<ListenAddress, bool>> wanted;
+  for (auto& l : config_.listen) wanted.push_back({l, false});
+  if (config_.discovery_port) {
+    std::vector<std::string> hosts;
+    for (auto& l : config_.listen)
+      if (std::find(hosts.begin(), hosts.end(), l.host) == hosts.end()) hosts.push_back(l.host);
+    for (auto& h : hosts) wanted.push_back({{h, config_.discovery_port}, true});
+  }
+  for (auto& [addr, discovery] : wanted) {
+    uint16_t port = 0;
+    int fd = open_listener(addr.host, addr.port, &port, &error);
+    if (fd < 0) {
+      listeners_.clear();
+      return error;
+    }
+    listeners_.push_back(std::make_unique<Listener>(*this, fd, port));
+    bound_.push_back({addr.host, port, discovery});
+  }
+  for (auto& l : listeners_) ctxs_[0]->reactor.add(l->fd(), EPOLLIN, l.get());
+
+  running_ = true;
+  for (int i = 0; i < config_.cores; ++i) {
+    threads_.emplace_back([this, i] {
+      if (config_.first_core >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(config_.first_core + i, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+      }
+      ctxs_[i]->reactor.run(Nanos(config_.busy_poll_us) * kMicro);
+    });
+  }
+  return "";
+}
+
+void Target::dispatch_accepted(int fd, std::string peer, uint16_t local_port) {
+  size_t i = next_reactor_.fetch_add(1) % ctxs_.size();
+  ReactorContext* ctx = ctxs_[i].get();
+  if (ctx == ctxs_[0].get() && Reactor::current() == &ctx->reactor) {
+    ctx->adopt(fd, std::move(peer), local_port);
+    return;
+  }
+  ctx->reactor.post([ctx, fd, peer = std::move(peer), local_port]() mutable {
+    ctx->adopt(fd, std::move(peer), local_port);
+  });
+}
+
+void Target::close_controller_queues(Controller* ctrl) {
+  for (auto& ref : ctrl->snapshot_queues()) {
+    if (!ref.ctx) continue;
+    ReactorContext* ctx = ref.ctx;
+    uint64_t id = ref.conn_id;
+    ctx->reactor.post([ctx, id] { ctx->close_connection(id, "controller gone"); });
+  }
+}
+
+nlohmann::json Target::stats_json() {
+  struct Part {
+    coalesce::Stats stats;
+    nlohmann::json info;
+  };
+  std::vector<std::future<Part>> parts;
+  for (auto& ctx : ctxs_) {
+    auto p = std::make_shared<std::promise<Part>>();
+    parts.push_back(p->get_future());
+    ReactorContext* c = ctx.get();
+    auto collect = [c, p] { p->set_value({c->total_stats(), c->stats_json()}); };
+    if (running_) c->reactor.post(collect);
+    else collect();
+  }
+  coalesce::Stats total;
+  nlohmann::json per = nlohmann::json::array(), reactors = nlohmann::json::array();
+  for (auto& f : parts) {
+    if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) continue;
+    Part part = f.get();
+    total.merge(part.stats);
+    for (auto& c : part.info["connections"]) per.push_back(c);
+    part.info.erase("connections");
+    reactors.push_back(part.info);
+  }
+  nlohmann::json j = coalesce::to_json(total);
+  j["policy"] = coalesce::policy_name(config_.coalesce.policy);
+  j["reactors"] = reactors;
+  j["connections"] = per;
+  return j;
+}
+
+void Target::stop() {
+  if (!running_) return;
+  for (auto& ctx : ctxs_) {
+    ReactorContext* c = ctx.get();
+    c->reactor.post([c] { c->close_all("target stopping"); });
+  }
+  // Give closing connections a moment to drain device I/O, then stop the loops.
+  for (auto& ctx : ctxs_) {
+    auto done = std::make_shared<std::promise<void>>();
+    auto f = done->get_future();
+    ReactorContext* c = ctx.get();
+    c->reactor.post([done] { done->set_value(); });
+    f.wait_for(std::chrono::seconds(2));
+    c->reactor.stop();
+  }
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  running_ = false;
+  for (auto& l : listeners_) ctxs_[0]->reactor.remove(l->fd());
+  listeners_.clear();
+  registry_.sync_all();
+}
+
+}  // namespace sens::target

@@ -1,0 +1,103 @@
+#pragma once
+// The target: one reactor thread per core, listeners on the first, connections spread
+// round-robin; a Registry of subsystems, namespaces and controllers shared by all.
+#include <atomic>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "reactor/reactor.h"
+#include "storage/device.h"
+#include "target/config.h"
+#include "target/connection.h"
+#include "target/subsystem.h"
+
+namespace sens::target {
+
+class Target;
+
+// Everything one reactor thread owns.
+class ReactorContext {
+ public:
+  ReactorContext(Target& target, int index);
+  ~ReactorContext();
+
+  Reactor reactor;
+  Target& target;
+  Registry& registry;
+  const TargetConfig& config;
+
+  // This thread's submission queue for a namespace's device.
+  storage::Queue* queue_for(const Namespace* ns);
+  // Asks for a kick of `q` at the end of this loop iteration (one submit per batch).
+  void schedule_kick(storage::Queue* q);
+
+  void adopt(int fd, std::string peer, uint16_t local_port);
+  void close_connection(uint64_t id, const char* why);
+  void close_all(const char* why);
+  // Destroys closed connections whose device I/O has drained (deferred, never re-entrant).
+  void schedule_reap();
+  // Per-connection counters and this reactor's own (wake-ups, timers).
+  nlohmann::json stats_json();
+  // The coalescing counters of every connection this reactor has had.
+  coalesce::Stats total_stats() const;
+
+ private:
+  class QueueWatcher;
+  std::unordered_map<const Namespace*, std::unique_ptr<storage::Queue>> queues_;
+  std::vector<std::unique_ptr<QueueWatcher>> watchers_;
+  std::vector<storage::Queue*> kick_list_;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
+  bool reap_scheduled_ = false;
+  uint64_t next_id_;
+  // Totals of connections already destroyed.
+  coalesce::Stats closed_coalesce_;
+  uint64_t closed_connections_ = 0;
+};
+
+class Target {
+ public:
+  explicit Target(TargetConfig config);
+  ~Target();
+
+  // Opens devices and listeners and starts the reactor threads. Returns "" or an error.
+  std::string start();
+  // Closes listeners and connections, joins the threads, flushes the devices.
+  void stop();
+
+  // Counters of every reactor (summed and per connection), gathered on their threads.
+  nlohmann::json stats_json();
+  // The I/O and discovery listeners as bound (ports resolved when 0 was asked).
+  struct Bound {
+    std::string host;
+    uint16_t port;
+    bool discovery;
+  };
+  const std::vector<Bound>& bound() const { return bound_; }
+  const TargetConfig& config() const { return config_; }
+  Registry& registry() { return registry_; }
+  ReactorContext& context(size_t i) { return *ctxs_[i]; }
+  size_t contexts() const { return ctxs_.size(); }
+
+  // Closes, on their own threads, the I/O queues of a controller whose admin queue is gone.
+  void close_controller_queues(Controller* ctrl);
+
+  // Hands an accepted socket to the next reactor.
+  void dispatch_accepted(int fd, std::string peer, uint16_t local_port);
+
+ private:
+  class Listener;
+  TargetConfig config_;
+  Registry registry_;
+  std::vector<std::unique_ptr<ReactorContext>> ctxs_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::vector<std::thread> threads_;
+  std::vector<Bound> bound_;
+  std::atomic<uint64_t> next_reactor_{0};
+  bool running_ = false;
+};
+
+}  // namespace sens::target

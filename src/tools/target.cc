@@ -1,0 +1,226 @@
+// `sens target`: serve namespaces over NVMe/TCP.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "target/target.h"
+#include "tools/command.h"
+
+namespace sens::tools {
+namespace {
+
+bool write_stats(target::Target& t, const std::string& path) {
+  if (path.empty()) return true;
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) return false;
+    out << t.stats_json().dump(2) << "\n";
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+int run_target(int argc, char** argv) {
+  CLI::App app{
+      "Serve namespaces over NVMe/TCP to any NVMe/TCP host (Linux nvme-tcp, SPDK, sens perf).\n"
+      "With no options: a 1 GiB RAM namespace as " +
+          std::string(target::kDefaultNqn) + " on 127.0.0.1:4420, discovery on port 8009.",
+      "sens target"};
+  target::TargetConfig cfg, cli;  // cli: what the command line says, laid over the file
+  std::vector<std::string> listen, namespaces, hosts;
+  std::string nqn, config_file, inline_data = "8192", max_h2c = "128k", max_io = "128k",
+                                policy = "semantic", pg_bytes = "64k";
+  uint64_t pg_timeout_us = 50, ctrl_timeout_us = 10;
+  bool verbose = false, quiet = false, dump = false;
+  app.add_option("--config", config_file, "JSON file with any of the settings below (README)");
+  app.add_option("--listen", listen, "ADDR:PORT to serve I/O subsystems on (repeatable)")
+      ->type_name("ADDR:PORT");
+  app.add_option("--discovery-port", cli.discovery_port,
+                 "port of the discovery controller on each listen address; 0 turns it off")
+      ->default_val(8009);
+  app.add_option("--nqn", nqn, "subsystem NQN")->default_str(target::kDefaultNqn);
+  app.add_option("--ns", namespaces,
+                 "namespace backend, repeatable: ram:SIZE (memory), file:PATH (file or block "
+                 "device, O_DIRECT via io_uring), null:SIZE (discards writes, reads zeroes)")
+      ->type_name("KIND:ARG");
+  app.add_option("--allow-host", hosts, "host NQN allowed to connect (repeatable; default: any)");
+  app.add_option("--inline-data", inline_data, "in-capsule data bytes on I/O queues")
+      ->default_str("8192");
+  app.add_option("--max-h2c-data", max_h2c, "largest H2CData payload accepted (ICResp maxh2cdata)")
+      ->default_str("128k");
+  app.add_option("--max-io", max_io, "largest I/O (MDTS)")->default_str("128k");
+  app.add_option("--queue-size", cli.queue_size, "entries per queue (CAP.MQES + 1)")
+      ->default_val(128);
+  app.add_option("--cores", cli.cores, "reactor threads (one per core)")->default_val(1);
+  app.add_option("--pin", cli.first_core, "pin reactor i to core PIN + i")->default_val(-1);
+  app.add_option("--busy-poll-us", cli.busy_poll_us,
+                 "spin this long after the last event before sleeping (0: never spin)")
+      ->default_val(0);
+  app.add_option("--coalesce", policy,
+                 "PDU coalescing policy: off (one send per PDU), uniform (batch B / timer T), "
+                 "semantic (uniform + early R2T flush)")
+      ->default_str("semantic")
+      ->check(CLI::IsMember({"off", "uniform", "semantic"}));
+  app.add_option("--pg-pdus", cli.coalesce.pdus, "B: PDUs per group")->default_val(16);
+  app.add_option("--pg-timeout-us", pg_timeout_us, "T: group timer, microseconds")
+      ->default_val(50);
+  app.add_option("--ctrl-pdus", cli.coalesce.ctrl_pdus, "c2: R2Ts that flush a group")
+      ->default_val(4);
+  app.add_option("--ctrl-timeout-us", ctrl_timeout_us, "Tc: R2T timer, microseconds")
+      ->default_val(10);
+  app.add_option("--pg-bytes", pg_bytes, "byte cap of a group")->default_str("64k");
+  app.add_option("--sock-buf", cli.sock_buf,
+                 "SO_SNDBUF/SO_RCVBUF of each connection in bytes (0: kernel default; small "
+                 "values force partial sends, for tests)")
+      ->default_val(0);
+  app.add_option("--stats-json", cli.stats_json,
+                 "write the coalescing counters here at exit and on SIGUSR1");
+  app.add_flag("--dump-config", dump, "print the effective configuration as JSON and exit");
+  app.add_flag("-v,--verbose", verbose, "log every connection");
+  app.add_flag("-q,--quiet", quiet, "log errors only");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help is 0; every usage error is 2
+  }
+  if (verbose) g_log_level = LogLevel::kDebug;
+  if (quiet) g_log_level = LogLevel::kError;
+
+  std::string error;
+  if (!config_file.empty() && !target::load_json(config_file, &cfg, &error)) {
+    std::fprintf(stderr, "sens target: %s\n", error.c_str());
+    return 2;
+  }
+  // Command-line options override the file; without a file their defaults apply.
+  auto given = [&](const char* name) { return config_file.empty() || app.count(name) > 0; };
+  if (given("--discovery-port")) cfg.discovery_port = cli.discovery_port;
+  if (given("--queue-size")) cfg.queue_size = cli.queue_size;
+  if (given("--cores")) cfg.cores = cli.cores;
+  if (given("--pin")) cfg.first_core = cli.first_core;
+  if (given("--busy-poll-us")) cfg.busy_poll_us = cli.busy_poll_us;
+  if (given("--sock-buf")) cfg.sock_buf = cli.sock_buf;
+  if (given("--pg-pdus")) cfg.coalesce.pdus = cli.coalesce.pdus;
+  if (given("--ctrl-pdus")) cfg.coalesce.ctrl_pdus = cli.coalesce.ctrl_pdus;
+  if (app.count("--stats-json")) cfg.stats_json = cli.stats_json;
+  auto size_opt = [&](const char* name, const std::string& text, uint32_t* out) {
+    if (!given(name)) return true;
+    auto v = parse_size(text);
+    if (!v || *v > UINT32_MAX) {
+      std::fprintf(stderr, "sens target: %s: '%s' is not a size (e.g. 8192, 16k)\n", name,
+                   text.c_str());
+      return false;
+    }
+    *out = uint32_t(*v);
+    return true;
+  };
+  if (!size_opt("--inline-data", inline_data, &cfg.inline_data) ||
+      !size_opt("--max-h2c-data", max_h2c, &cfg.max_h2c_data) ||
+      !size_opt("--max-io", max_io, &cfg.max_io) || !size_opt("--pg-bytes", pg_bytes, &cfg.coalesce.bytes))
+    return 2;
+  if (given("--coalesce")) coalesce::parse_policy(policy, &cfg.coalesce.policy);
+  if (given("--pg-timeout-us")) cfg.coalesce.timeout = Nanos(pg_timeout_us) * kMicro;
+  if (given("--ctrl-timeout-us")) cfg.coalesce.ctrl_timeout = Nanos(ctrl_timeout_us) * kMicro;
+  if (!listen.empty()) {
+    cfg.listen.clear();
+    for (auto& l : listen) {
+      target::ListenAddress a;
+      if (!target::parse_listen(l, &a, &error)) {
+        std::fprintf(stderr, "sens target: %s\n", error.c_str());
+        return 2;
+      }
+      cfg.listen.push_back(a);
+    }
+  }
+  if (!nqn.empty() || !namespaces.empty() || !hosts.empty()) {
+    if (cfg.subsystems.size() > 1) {
+      std::fprintf(stderr,
+                   "sens target: --nqn/--ns/--allow-host describe one subsystem; the config "
+                   "file has several: edit it instead\n");
+      return 2;
+    }
+    if (cfg.subsystems.empty()) cfg.subsystems.push_back({target::kDefaultNqn, {}, {}});
+    auto& s = cfg.subsystems[0];
+    if (!nqn.empty()) s.nqn = nqn;
+    if (!namespaces.empty()) s.namespaces = namespaces;
+    if (!hosts.empty()) s.allowed_hosts = hosts;
+  }
+  target::apply_defaults(cfg);
+  error = target::validate(cfg);
+  if (!error.empty()) {
+    std::fprintf(stderr, "sens target: %s\n", error.c_str());
+    return 2;
+  }
+  if (dump) {
+    std::printf("%s\n", target::to_json_text(cfg).c_str());
+    return 0;
+  }
+
+  // Signals go to this thread only: the reactors inherit the blocked mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  target::Target t(cfg);
+  error = t.start();
+  if (!error.empty()) {
+    std::fprintf(stderr, "sens target: %s\n", error.c_str());
+    return 1;
+  }
+  for (auto& s : t.registry().subsystems()) {
+    std::printf("subsystem %s\n", s->nqn.c_str());
+    for (auto& ns : s->namespaces)
+      std::printf("  namespace %u: %s, %llu blocks of %u bytes\n", ns->nsid,
+                  ns->device->describe().c_str(), static_cast<unsigned long long>(ns->blocks),
+                  1u << ns->block_shift);
+  }
+  const target::Target::Bound* first_io = nullptr;
+  for (auto& b : t.bound()) {
+    std::printf("listening on %s:%u (%s)\n", b.host.c_str(), b.port,
+                b.discovery ? "discovery" : "I/O");
+    if (!b.discovery && !first_io) first_io = &b;
+  }
+  std::printf("coalescing: %s (B=%u T=%lldus c2=%u Tc=%lldus bytes=%u), %d reactor(s)\n",
+              coalesce::policy_name(cfg.coalesce.policy), cfg.coalesce.pdus,
+              static_cast<long long>(cfg.coalesce.timeout / kMicro), cfg.coalesce.ctrl_pdus,
+              static_cast<long long>(cfg.coalesce.ctrl_timeout / kMicro), cfg.coalesce.bytes,
+              cfg.cores);
+  if (first_io) {
+    std::printf("connect with:\n  nvme connect -t tcp -a %s -s %u -n %s\n", first_io->host.c_str(),
+                first_io->port, cfg.subsystems[0].nqn.c_str());
+    std::printf("  sens perf -r 'trtype:tcp traddr:%s trsvcid:%u subnqn:%s' --rw randread\n",
+                first_io->host.c_str(), first_io->port, cfg.subsystems[0].nqn.c_str());
+  }
+  std::fflush(stdout);
+
+  for (;;) {
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (sig == SIGUSR1) {
+      if (!write_stats(t, cfg.stats_json))
+        LOG_WARN("cannot write %s", cfg.stats_json.c_str());
+      else if (!cfg.stats_json.empty())
+        LOG_INFO("stats written to %s", cfg.stats_json.c_str());
+      continue;
+    }
+    break;
+  }
+  std::printf("stopping\n");
+  std::fflush(stdout);
+  bool ok = write_stats(t, cfg.stats_json);
+  t.stop();
+  if (!ok) LOG_WARN("cannot write %s", cfg.stats_json.c_str());
+  return 0;
+}
+
+RegisterCommand reg("target", "serve namespaces over NVMe/TCP (the target)", run_target);
+
+}  // namespace
+}  // namespace sens::tools

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The Linux kernel's NVMe/TCP host (in QEMU, ../shared/linuxvm) against `sens target`:
+# nvme discover, nvme connect with and without digests, fio verify for 4 KiB randrw
+# (in-capsule writes) and 128 KiB randwrite (R2T writes), flush, disconnect, and a host that
+# the allowed-hosts list refuses.  Usage: kernel_host.sh path/to/sens
+set -euo pipefail
+SENS=$(realpath "${1:?usage: kernel_host.sh path/to/sens}")
+HERE=$(cd "$(dirname "$0")" && pwd)
+LINUXVM=${LINUXVM:-$(cd "$HERE/../../../shared/linuxvm" 2>/dev/null && pwd || true)}
+[ -x "$LINUXVM/run.sh" ] || { echo "kernel_host: no linuxvm harness at $LINUXVM" >&2; exit 2; }
+"$LINUXVM/build.sh" > /dev/null
+
+WORK=$(mktemp -d)
+trap 'kill $TPID 2> /dev/null || true; wait 2> /dev/null || true; rm -rf "$WORK"' EXIT
+PORT=$((20000 + RANDOM % 20000))
+DPORT=$((PORT + 1))
+NQN=nqn.2026-11.dev.sens:interop
+DENY=nqn.2026-11.dev.sens:restricted
+cat > "$WORK/target.json" << EOF2
+{
+  "listen": ["127.0.0.1:$PORT"],
+  "discovery_port": $DPORT,
+  "subsystems": [
+    {"nqn": "$NQN", "namespaces": ["ram:256M"]},
+    {"nqn": "$DENY", "namespaces": ["null:64M"],
+     "allowed_hosts": ["nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"]}
+  ]
+}
+EOF2
+"$SENS" target --config "$WORK/target.json" --stats-json "$WORK/stats.json" > "$WORK/target.log" 2>&1 &
+TPID=$!
+for _ in $(seq 50); do grep -q "listening on" "$WORK/target.log" && break; sleep 0.1; done
+grep -q "listening on" "$WORK/target.log" || { cat "$WORK/target.log"; exit 1; }
+
+cd "$HERE"
+rc=0
+"$LINUXVM/run.sh" guest_kernel_host.sh -q --timeout 400 --guestfwd 4420:$PORT --guestfwd 8009:$DPORT \
+  --env NQN=$NQN --env DENY_NQN=$DENY --log "$WORK/vm.log" > /dev/null || rc=$?
+grep -E '@@NOTE STEP|@@NOTE FAILURES' "$WORK/vm.log" | sed 's/^\[[ 0-9.]*\] //'
+kill -INT $TPID
+wait $TPID || { echo "target exited with $?"; rc=1; }
+if [ $rc != 0 ]; then
+  echo "---- VM log (tail)"; tail -n 60 "$WORK/vm.log"
+  echo "---- target log"; tail -n 30 "$WORK/target.log"
+fi
+python3 -c "import json,sys; j=json.load(open('$WORK/stats.json')); print('target stats: pdus_sent', j['pdus_sent'], 'send_calls', j['send_calls'])"
+echo "kernel_host: $([ $rc = 0 ] && echo PASS || echo FAIL)"
+exit $rc

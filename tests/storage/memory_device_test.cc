@@ -1,0 +1,220 @@
+// Device::open() specs and the memory backends (ram, null).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <vector>
+
+#include "storage/device.h"
+#include "storage_test_util.h"
+
+namespace sens::storage {
+namespace {
+
+using testing::fill_pattern;
+using testing::run_io;
+using testing::TempFile;
+
+std::string open_error(const std::string& spec) {
+  std::string error;
+  auto dev = Device::open(spec, &error);
+  EXPECT_EQ(dev, nullptr) << spec;
+  return error;
+}
+
+TEST(DeviceSpec, UnknownKind) {
+  EXPECT_EQ(open_error("disk:1G"),
+            "unknown namespace kind 'disk' in 'disk:1G' (expected ram:SIZE, null:SIZE or "
+            "file:PATH)");
+  EXPECT_NE(open_error("").find("empty namespace spec"), std::string::npos);
+  EXPECT_NE(open_error("/dev/sda").find("unknown namespace kind '/dev/sda'"), std::string::npos);
+}
+
+TEST(DeviceSpec, MissingSize) {
+  EXPECT_EQ(open_error("ram"), "ram:: missing size (e.g. ram:1G)");
+  EXPECT_EQ(open_error("ram:"), "ram:: missing size (e.g. ram:1G)");
+  EXPECT_EQ(open_error("null:"), "null:: missing size (e.g. null:1G)");
+}
+
+TEST(DeviceSpec, GarbageSize) {
+  EXPECT_EQ(open_error("ram:lots"), "ram:lots: 'lots' is not a size (e.g. 512, 4k, 64M, 1G, 1GiB)");
+  EXPECT_EQ(open_error("null:12q"), "null:12q: '12q' is not a size (e.g. 512, 4k, 64M, 1G, 1GiB)");
+  EXPECT_NE(open_error("ram:-1G").find("is not a size"), std::string::npos);
+}
+
+TEST(DeviceSpec, ZeroOrUnalignedSize) {
+  EXPECT_EQ(open_error("ram:0"), "ram:0: size must be greater than zero");
+  EXPECT_EQ(open_error("null:0k"), "null:0k: size must be greater than zero");
+  EXPECT_EQ(open_error("ram:1000"),
+            "ram:1000: size 1000 B is not a multiple of the 512-byte block size");
+}
+
+TEST(DeviceSpec, FileErrors) {
+  EXPECT_EQ(open_error("file:"),
+            "file: missing path (e.g. file:/dev/nvme0n1 or file:/var/tmp/disk.img)");
+  std::string missing = open_error("file:/tmp/sens-no-such-dir/disk.img");
+  EXPECT_NE(missing.find("file:/tmp/sens-no-such-dir/disk.img: cannot open read-write: No such "
+                         "file or directory"),
+            std::string::npos)
+      << missing;
+
+  TempFile empty(0);
+  ASSERT_FALSE(empty.path().empty());
+  EXPECT_NE(open_error(empty.spec()).find(empty.spec() + ": is empty"), std::string::npos);
+
+  TempFile tiny(100);
+  EXPECT_EQ(open_error(tiny.spec()),
+            tiny.spec() + ": is 100 bytes, smaller than one 4096-byte block");
+
+  EXPECT_NE(open_error("file:/tmp").find("file:/tmp: cannot open read-write: Is a directory"),
+            std::string::npos);
+  std::string error;
+  EXPECT_EQ(Device::open("file:/tmp", &error, /*read_only=*/true), nullptr);
+  EXPECT_EQ(error, "file:/tmp: not a regular file or a block device");
+}
+
+TEST(RamDevice, OpenSizeDescribe) {
+  std::string error;
+  auto dev = Device::open("ram:64M", &error);
+  ASSERT_NE(dev, nullptr) << error;
+  EXPECT_EQ(dev->size(), 64ull << 20);
+  EXPECT_EQ(dev->block_size(), 512u);
+  EXPECT_EQ(dev->describe(), "ram 64 MiB");
+  EXPECT_FALSE(dev->read_only());
+  EXPECT_FALSE(dev->volatile_cache());
+  EXPECT_EQ(dev->sync(), 0);
+  // Untouched memory reads as zeroes, straight from the mapping.
+  const uint8_t* bytes = dev->mapped(0, 4096);
+  ASSERT_NE(bytes, nullptr);
+  for (int i = 0; i < 4096; ++i) ASSERT_EQ(bytes[i], 0);
+  EXPECT_NE(dev->mapped(dev->size() - 512, 512), nullptr);
+  EXPECT_EQ(dev->mapped(dev->size() - 512, 1024), nullptr);
+  EXPECT_EQ(dev->mapped(dev->size() + 512, 0), nullptr);
+}
+
+TEST(RamDevice, LargeSizeCostsNothingUntilWritten) {
+  std::string error;
+  auto dev = Device::open("ram:1T", &error);  // NORESERVE: only address space
+  ASSERT_NE(dev, nullptr) << error;
+  EXPECT_EQ(dev->describe(), "ram 1 TiB");
+  auto q = dev->make_queue(4);
+  std::vector<uint8_t> buf(512, 0x5a), back(512);
+  ASSERT_EQ(run_io(*q, Op::kWrite, dev->size() - 512, 512, buf.data()), 0);
+  ASSERT_EQ(run_io(*q, Op::kRead, dev->size() - 512, 512, back.data()), 0);
+  EXPECT_EQ(back, buf);
+}
+
+TEST(RamDevice, WriteReadRoundtripWithPatterns) {
+  std::string error;
+  auto dev = Device::open("ram:8M", &error);
+  ASSERT_NE(dev, nullptr) << error;
+  auto q = dev->make_queue(8);
+  struct Extent {
+    uint64_t offset;
+    uint32_t length;
+  };
+  const Extent extents[] = {{0, 512}, {512, 4096}, {65536 - 512, 8192}, {(8u << 20) - 1024, 1024}};
+  for (const auto& e : extents) {
+    std::vector<uint8_t> buf(e.length);
+    fill_pattern(buf.data(), buf.size(), 7, e.offset);
+    ASSERT_EQ(run_io(*q, Op::kWrite, e.offset, e.length, buf.data()), 0);
+  }
+  for (const auto& e : extents) {
+    std::vector<uint8_t> want(e.length), got(e.length, 0xee);
+    fill_pattern(want.data(), want.size(), 7, e.offset);
+    ASSERT_EQ(run_io(*q, Op::kRead, e.offset, e.length, got.data()), 0);
+    EXPECT_EQ(got, want) << "at " << e.offset;
+    EXPECT_EQ(std::memcmp(dev->mapped(e.offset, e.length), want.data(), e.length), 0);
+  }
+  // Memory completes inside submit(): nothing is ever owed.
+  EXPECT_EQ(q->inflight(), 0u);
+  EXPECT_EQ(q->event_fd(), -1);
+  EXPECT_FALSE(q->ready());
+  Request flush;
+  flush.op = Op::kFlush;
+  EXPECT_EQ(testing::run_one(*q, flush), 0);
+  std::vector<uint8_t> buf(512, 1);
+  EXPECT_EQ(run_io(*q, Op::kWrite, 0, 512, buf.data(), /*fua=*/true), 0);
+}
+
+TEST(RamDevice, RefusesBadRequests) {
+  std::string error;
+  auto dev = Device::open("ram:1M", &error);
+  ASSERT_NE(dev, nullptr);
+  auto q = dev->make_queue(1);
+  std::vector<uint8_t> buf(8192);
+  EXPECT_EQ(run_io(*q, Op::kRead, 100, 512, buf.data()), -EINVAL);  // misaligned offset
+  EXPECT_EQ(run_io(*q, Op::kRead, 0, 100, buf.data()), -EINVAL);    // misaligned length
+  EXPECT_EQ(run_io(*q, Op::kRead, 0, 0, buf.data()), -EINVAL);      // empty
+  EXPECT_EQ(run_io(*q, Op::kRead, (1 << 20) - 512, 1024, buf.data()), -EINVAL);  // past the end
+  EXPECT_EQ(run_io(*q, Op::kWrite, ~0ull - 511, 1024, buf.data()), -EINVAL);     // wraps around
+
+  auto ro = Device::open("ram:1M", &error, /*read_only=*/true);
+  ASSERT_NE(ro, nullptr);
+  EXPECT_TRUE(ro->read_only());
+  auto rq = ro->make_queue(1);
+  EXPECT_EQ(run_io(*rq, Op::kWrite, 0, 512, buf.data()), -EROFS);
+  EXPECT_EQ(run_io(*rq, Op::kWriteZeroes, 0, 512, nullptr), -EROFS);
+  EXPECT_EQ(run_io(*rq, Op::kRead, 0, 512, buf.data()), 0);
+}
+
+// Zeroing must clear exactly [offset, offset + length): whole pages and both partial edges.
+void check_zeroing(Op op) {
+  std::string error;
+  auto dev = Device::open("ram:1M", &error);
+  ASSERT_NE(dev, nullptr);
+  auto q = dev->make_queue(1);
+  const uint32_t region = 64 * 1024;
+  std::vector<uint8_t> ones(region, 0xab);
+  ASSERT_EQ(run_io(*q, Op::kWrite, 0, region, ones.data()), 0);
+  const uint64_t zero_offset = 3 * 512;          // inside the first page
+  const uint32_t zero_length = 3 * 4096 + 1024;  // ends inside a later page
+  ASSERT_EQ(run_io(*q, op, zero_offset, zero_length, nullptr), 0);
+  std::vector<uint8_t> got(region);
+  ASSERT_EQ(run_io(*q, Op::kRead, 0, region, got.data()), 0);
+  for (uint64_t i = 0; i < region; ++i) {
+    bool inside = i >= zero_offset && i < zero_offset + zero_length;
+    ASSERT_EQ(got[i], inside ? 0 : 0xab) << "byte " << i;
+  }
+  // A range smaller than a page zeroes by memset alone.
+  ASSERT_EQ(run_io(*q, op, 40960, 512, nullptr), 0);
+  ASSERT_EQ(run_io(*q, Op::kRead, 40448, 1536, got.data()), 0);
+  for (int i = 0; i < 1536; ++i) ASSERT_EQ(got[i], (i >= 512 && i < 1024) ? 0 : 0xab) << i;
+}
+
+TEST(RamDevice, WriteZeroesClearsRangeOnly) {
+  check_zeroing(Op::kWriteZeroes);
+}
+TEST(RamDevice, DiscardClearsRangeOnly) {
+  check_zeroing(Op::kDiscard);
+}
+
+TEST(NullDevice, DiscardsWritesAndReadsZeroes) {
+  std::string error;
+  auto dev = Device::open("null:1G", &error);
+  ASSERT_NE(dev, nullptr) << error;
+  EXPECT_EQ(dev->size(), 1ull << 30);
+  EXPECT_EQ(dev->block_size(), 512u);
+  EXPECT_EQ(dev->describe(), "null 1 GiB");
+  auto q = dev->make_queue(4);
+  std::vector<uint8_t> buf(4096, 0x77);
+  ASSERT_EQ(run_io(*q, Op::kWrite, 8192, 4096, buf.data()), 0);
+  ASSERT_EQ(run_io(*q, Op::kRead, 8192, 4096, buf.data()), 0);
+  for (uint8_t b : buf) ASSERT_EQ(b, 0);
+  EXPECT_EQ(run_io(*q, Op::kRead, 1ull << 30, 512, buf.data()), -EINVAL);
+
+  const uint8_t* zeroes = dev->mapped(12345 * 512, 2u << 20);
+  ASSERT_NE(zeroes, nullptr);
+  for (uint32_t i = 0; i < (2u << 20); i += 511) ASSERT_EQ(zeroes[i], 0);
+  EXPECT_EQ(dev->mapped(0, (2u << 20) + 512), nullptr);  // larger than the shared zero region
+  EXPECT_EQ(dev->mapped((1ull << 30) - 512, 1024), nullptr);
+
+  auto ro = Device::open("null:1M", &error, true);
+  ASSERT_NE(ro, nullptr);
+  EXPECT_EQ(ro->describe(), "null 1 MiB (read-only)");
+  auto rq = ro->make_queue(1);
+  EXPECT_EQ(run_io(*rq, Op::kWrite, 0, 512, buf.data()), -EROFS);
+}
+
+}  // namespace
+}  // namespace sens::storage
