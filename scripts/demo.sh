@@ -38,6 +38,7 @@ echo "== sens perf: 16 KiB random writes through R2T (in-capsule is 8 KiB), veri
 
 kill -INT $TPID
 wait $TPID
+TPID=
 echo
 echo "== target coalescing counters ($STATS) =="
 python3 - "$STATS" << 'PY'

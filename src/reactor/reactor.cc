@@ -30,6 +30,9 @@ Reactor::Reactor(int index) : index_(index), events_(256) {
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeupTag;
   epoll_ctl(epfd_, EPOLL_CTL_ADD, event_fd_, &ev);
+  // The default 50 us timer slack would swallow the 10 us coalescing timers. The reactor is
+  // built on the thread that runs it (run() sets it again for the other case).
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   heap_.reserve(1024);
   deferred_.reserve(64);
   deferred_running_.reserve(64);
@@ -186,7 +189,6 @@ void Reactor::run_once(Nanos max_wait) {
 
 void Reactor::run(Nanos busy_poll_ns) {
   t_current = this;
-  // The default 50 us timer slack would swallow the 10 us coalescing timers.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   Nanos last_event = clock_.now();
   while (!stop_.load(std::memory_order_relaxed)) {

@@ -31,7 +31,7 @@ struct TargetConfig {
   int cores = 1;
   int first_core = -1;  // pin reactor i to core first_core + i; -1: no pinning
   uint64_t busy_poll_us = 0;
-  uint32_t sock_buf = 0;  // SO_SNDBUF/SO_RCVBUF of accepted sockets; 0: the kernel's default
+  uint32_t sock_buf = 0;  // SO_SNDBUF of accepted sockets; 0: the kernel's default
   coalesce::Config coalesce;
   std::string stats_json;  // written at exit and on SIGUSR1
   bool read_only = false;

@@ -149,7 +149,6 @@ class Target::Listener final : public EventHandler {
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       if (int buf = int(target_.config().sock_buf)) {  // tests: force partial sends
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
       }
       char host[INET6_ADDRSTRLEN] = "?";
       uint16_t peer_port = 0;

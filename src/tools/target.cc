@@ -74,7 +74,7 @@ int run_target(int argc, char** argv) {
       ->default_val(10);
   app.add_option("--pg-bytes", pg_bytes, "byte cap of a group")->default_str("64k");
   app.add_option("--sock-buf", cli.sock_buf,
-                 "SO_SNDBUF/SO_RCVBUF of each connection in bytes (0: kernel default; small "
+                 "SO_SNDBUF of each connection in bytes (0: kernel default; small "
                  "values force partial sends, for tests)")
       ->default_val(0);
   app.add_option("--stats-json", cli.stats_json,

@@ -39,6 +39,7 @@ rc=0
 grep -E '@@NOTE STEP|@@NOTE FAILURES' "$WORK/vm.log" | sed 's/^\[[ 0-9.]*\] //'
 kill -INT $TPID
 wait $TPID || { echo "target exited with $?"; rc=1; }
+TPID=
 if [ $rc != 0 ]; then
   echo "---- VM log (tail)"; tail -n 60 "$WORK/vm.log"
   echo "---- target log"; tail -n 30 "$WORK/target.log"

@@ -1,0 +1,128 @@
+#pragma once
+// An NVMe over TCP controller as the host drives it: the admin queue brought up the way the
+// Linux host does it (ICReq, Fabrics Connect, CAP/VS, CC.EN, CSTS.RDY, Identify), keep alive
+// at KATO/2, Set Features Number of Queues and one TCP connection per I/O queue, a discovery
+// log reader, and a clean shutdown (CC.SHN, CSTS.SHST, close).
+//
+// Set-up and admin helpers are synchronous: they drive the reactor (run_once) until their
+// command completes or times out, so call them from the top level of the reactor's thread,
+// never from a completion callback. The I/O path (Queue::submit) is asynchronous.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/queue.h"
+#include "host/trid.h"
+#include "reactor/reactor.h"
+#include "wire/nvme.h"
+
+namespace sens::host {
+
+struct ControllerOptions {
+  std::string hostnqn;               // empty: nqn.2014-08.org.nvmexpress:uuid:<hostid>
+  std::array<uint8_t, 16> hostid{};  // all zero: a random one
+  uint32_t kato_ms = 5000;           // admin Connect KATO; keep alive every kato/2; 0: none
+  uint16_t io_queues = 1;
+  uint16_t io_depth = 32;  // commands in flight per I/O queue
+  bool hdr_digest = false;
+  bool data_digest = false;
+  bool disable_sqflow = false;  // Connect cattr bit 2: the target may skip CapsuleResps
+  coalesce::Config coalesce;    // I/O queues; the admin queue never coalesces
+  Nanos io_timeout = 30 * kSecond;
+  Nanos admin_timeout = 10 * kSecond;
+  Nanos connect_timeout = 10 * kSecond;
+  uint32_t max_transfer = 1u << 20;  // the largest I/O the caller will submit
+};
+
+// The fields of Identify Namespace a benchmark needs.
+struct NamespaceInfo {
+  uint32_t nsid = 0;
+  uint64_t blocks = 0;      // NSZE
+  uint32_t block_size = 0;  // from the formatted LBA format
+  uint64_t bytes() const { return blocks * block_size; }
+};
+
+class Controller {
+ public:
+  explicit Controller(Reactor& reactor);
+  ~Controller();  // closes whatever is open (no shutdown handshake: call shutdown() for that)
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  // Connects the admin queue and brings the controller up to CSTS.RDY and Identify.
+  // Returns "" or an error naming the step that failed.
+  std::string connect(const TransportId& trid, const ControllerOptions& options);
+  // Bounds the data of one I/O command (received PDU sizes are checked against it).
+  void set_max_transfer(uint32_t bytes) { options_.max_transfer = bytes; }
+  // Set Features Number of Queues, then one connection and Fabrics Connect per I/O queue.
+  std::string create_io_queues();
+  // CC.SHN = normal, waits up to `timeout` for CSTS.SHST = complete, then closes every queue
+  // (commands still in flight complete with kStatusHostPathError).
+  void shutdown(Nanos timeout = 2 * kSecond);
+
+  // One admin command, waited for. The buffer is the caller's.
+  Completion admin(const nvme::Sqe& sqe, void* buf = nullptr, uint32_t len = 0,
+                   DataDir dir = DataDir::kNone);
+  std::string property_get(uint32_t offset, bool eight_bytes, uint64_t* value);
+  std::string property_set(uint32_t offset, uint64_t value, bool eight_bytes);
+  std::string identify_namespace(uint32_t nsid, nvme::IdentifyNamespace* out);
+  std::string active_namespaces(std::vector<uint32_t>* out);
+  // The first active namespace's size and block size (or the one given).
+  std::string namespace_info(uint32_t nsid, NamespaceInfo* out);
+  // The whole discovery log page (header + numrec entries), re-read if genctr changed.
+  std::string discovery_log(std::vector<uint8_t>* out);
+
+  Queue* admin_queue() { return admin_.get(); }
+  size_t io_queue_count() const { return io_.size(); }
+  Queue& io_queue(size_t i) { return *io_[i]; }
+  const Queue& io_queue(size_t i) const { return *io_[i]; }
+
+  const nvme::IdentifyController& identify() const { return *id_; }
+  uint64_t cap() const { return cap_; }
+  uint32_t vs() const { return vs_; }
+  uint16_t cntlid() const { return cntlid_; }
+  const std::string& hostnqn() const { return hostnqn_; }
+  const TransportId& trid() const { return trid_; }
+  const ControllerOptions& options() const { return options_; }
+  // Largest data transfer (MDTS; 0 = no limit reported) and in-capsule bytes on I/O queues.
+  uint32_t max_transfer_bytes() const;
+  uint32_t io_incapsule_bytes() const;
+
+  // The first failure of any queue (or of a keep alive), "" while all is well.
+  const std::string& error() const { return error_; }
+  bool failed() const { return !error_.empty(); }
+  uint64_t keep_alives_sent() const { return keep_alives_; }
+
+ private:
+  Completion wait_command(Queue& q, const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir,
+                          Nanos timeout);
+  std::string connect_queue(Queue& q, uint16_t qid, uint16_t sqsize);
+  std::unique_ptr<Queue> open_queue(const QueueOptions& qo, std::string* error);
+  void on_keep_alive_timer();
+  static void on_keep_alive_done(void* ctx, uint64_t tag, const Completion& c);
+  static void on_queue_failure(void* ctx, Queue& q);
+
+  Reactor& reactor_;
+  TransportId trid_;
+  ControllerOptions options_;
+  std::string hostnqn_;
+  std::unique_ptr<Queue> admin_;
+  std::vector<std::unique_ptr<Queue>> io_;
+  std::unique_ptr<nvme::IdentifyController> id_;
+  uint64_t cap_ = 0;
+  uint32_t vs_ = 0;
+  uint32_t cc_ = 0;
+  uint16_t cntlid_ = 0xFFFF;
+  std::string error_;
+  Timer keep_alive_;
+  bool keep_alive_inflight_ = false;
+  uint64_t keep_alives_ = 0;
+  bool shutting_down_ = false;
+};
+
+// Text for a Completion: "LBA out of range (0x080)".
+std::string describe(const Completion& c);
+
+}  // namespace sens::host

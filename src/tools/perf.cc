@@ -1,0 +1,96 @@
+// sens perf: the NVMe/TCP load generator (see src/host/perf.h).
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+
+#include "common/units.h"
+#include "host/perf.h"
+#include "tools/command.h"
+
+namespace {
+
+int perf_main(int argc, char** argv) {
+  using sens::host::PerfOptions;
+  PerfOptions o;
+  std::string rw = "randread", bs = "4k", size = "64M", policy = "semantic", pg_bytes = "65536";
+  double pg_timeout_us = 50, ctrl_timeout_us = 10;
+  bool quiet = false;
+  CLI::App app{
+      "NVMe over TCP load generator: closed-loop I/O on one thread, latency "
+      "histogram, CPU and syscall cost, optional data verification."};
+  app.name(argv[0]);
+  app.add_option("-r,--trid", o.trid_text,
+                 "target: 'trtype:tcp traddr:ADDR trsvcid:PORT subnqn:NQN'");
+  app.add_option("--rw", rw, "read|write|randread|randwrite|rw|randrw")->capture_default_str();
+  app.add_option("--rwmixread", o.rwmixread, "percent of reads in rw/randrw")
+      ->capture_default_str();
+  app.add_option("--bs", bs, "I/O size (512, 4k, 128k, ...)")->capture_default_str();
+  app.add_option("--qd", o.qd, "commands in flight per queue")->capture_default_str();
+  app.add_option("--queues", o.queues, "I/O queues (one TCP connection each)")
+      ->capture_default_str();
+  app.add_option("--time", o.time_s, "measured seconds")->capture_default_str();
+  app.add_option("--warmup", o.warmup_s, "seconds run before measuring")->capture_default_str();
+  app.add_flag("--verify", o.verify,
+               "write a per-LBA pattern and check every read of a written block (read modes "
+               "prefill the region first; write modes read back what they wrote)");
+  app.add_option("--size", size, "region of the namespace exercised (capped to its size)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "verify pattern seed (0: random)");
+  app.add_option("--nsid", o.nsid, "namespace (0: the first active one)");
+  app.add_option("--json", o.json_path, "write the report as JSON to FILE ('-' for stdout)");
+  app.add_option("--coalesce", policy, "off|uniform|semantic")->capture_default_str();
+  app.add_option("--pg-pdus", o.coalesce.pdus, "coalescing capacity B (PDUs)")
+      ->capture_default_str();
+  app.add_option("--pg-timeout-us", pg_timeout_us, "coalescing timer T")->capture_default_str();
+  app.add_option("--ctrl-pdus", o.coalesce.ctrl_pdus, "control PDUs c2 that flush (semantic)")
+      ->capture_default_str();
+  app.add_option("--ctrl-timeout-us", ctrl_timeout_us, "control timer Tc (semantic)")
+      ->capture_default_str();
+  app.add_option("--pg-bytes", pg_bytes, "coalescing byte cap (0: none)")->capture_default_str();
+  app.add_flag("--hdr-digest", o.hdr_digest, "header digests (CRC32C)");
+  app.add_flag("--data-digest", o.data_digest, "data digests (CRC32C)");
+  app.add_flag("--disable-sqflow", o.disable_sqflow,
+               "Connect with SQ flow control disabled (the target may answer reads with "
+               "C2HData SUCCESS and no CapsuleResp)");
+  app.add_option("--kato", o.kato_ms, "keep alive timeout, ms (0: off); sent every kato/2")
+      ->capture_default_str();
+  app.add_option("--io-timeout", o.io_timeout_ms, "per-command timeout, ms")->capture_default_str();
+  app.add_option("--connect-timeout", o.connect_timeout_ms, "ms")->capture_default_str();
+  app.add_flag("-q,--quiet", quiet, "no progress line every second");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  o.progress = !quiet;
+  o.rwmixread_given = app.count("--rwmixread") > 0;
+  auto usage = [](const std::string& msg) {
+    std::fprintf(stderr, "sens perf: %s\n", msg.c_str());
+    return 2;
+  };
+  if (!sens::host::parse_rw(rw, &o.rw))
+    return usage("--rw '" + rw + "': expected read, write, randread, randwrite, rw or randrw");
+  auto b = sens::parse_size(bs);
+  if (!b || *b > UINT32_MAX) return usage("--bs '" + bs + "' is not a size");
+  o.bs = uint32_t(*b);
+  auto sz = sens::parse_size(size);
+  if (!sz) return usage("--size '" + size + "' is not a size");
+  o.size = *sz;
+  if (!sens::coalesce::parse_policy(policy, &o.coalesce.policy))
+    return usage("--coalesce '" + policy + "': expected off, uniform or semantic");
+  auto pb = sens::parse_size(pg_bytes);
+  if (!pb || *pb > UINT32_MAX) return usage("--pg-bytes '" + pg_bytes + "' is not a size");
+  o.coalesce.bytes = uint32_t(*pb);
+  if (!(pg_timeout_us >= 0) || !(ctrl_timeout_us >= 0))
+    return usage("--pg-timeout-us and --ctrl-timeout-us must be >= 0");
+  o.coalesce.timeout = sens::Nanos(std::llround(pg_timeout_us * 1000));
+  o.coalesce.ctrl_timeout = sens::Nanos(std::llround(ctrl_timeout_us * 1000));
+  if (std::string e = sens::host::validate_perf_options(o); !e.empty()) return usage(e);
+  return sens::host::run_perf(o, stdout);
+}
+
+sens::tools::RegisterCommand reg("perf", "NVMe/TCP host load generator (IOPS, latency, CPU)",
+                                 perf_main);
+
+}  // namespace

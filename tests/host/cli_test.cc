@@ -1,0 +1,234 @@
+// `sens perf`, `sens discover` and `sens identify` as a user runs them, against `sens target`
+// on loopback: every --rw mode verified over several queues, R2T writes beyond the in-capsule
+// size and maxh2cdata, digests, coalescing policies, the JSON report, a target killed mid-run,
+// and bad command lines.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "child.h"
+
+namespace sens::host {
+namespace {
+
+using testing::read_file;
+using testing::run_sens;
+using testing::TargetProcess;
+using testing::temp_dir;
+
+// The "verify: N blocks checked, F failed" line: N, or -1 if absent or F != 0.
+long verified(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"(verify: (\d+) blocks checked, (\d+) failed)")))
+    return -1;
+  return std::stol(m[2]) == 0 ? std::stol(m[1]) : -1;
+}
+
+std::vector<std::string> perf(const TargetProcess& t, std::vector<std::string> extra) {
+  std::vector<std::string> args = {"perf", "-r", t.trid(), "--time", "1", "-q"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+class PerfModes : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PerfModes, VerifiesOverSeveralQueues) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  const std::string bs = std::string(GetParam()).find("rand") == 0 ? "4k" : "16k";
+  auto r = run_sens(perf(t, {"--rw", GetParam(), "--bs", bs, "--qd", "8", "--queues", "3",
+                             "--verify", "--size", "8M"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GT(verified(r.output), 0) << r.output;
+  EXPECT_NE(r.output.find("errors: 0"), std::string::npos) << r.output;
+  if (std::string(GetParam()) == "read" || std::string(GetParam()) == "randread")
+    EXPECT_NE(r.output.find("prefill: 8 MiB written"), std::string::npos) << r.output;
+  else
+    EXPECT_NE(r.output.find("read-back: "), std::string::npos) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Rw, PerfModes,
+                         ::testing::Values("read", "write", "randread", "randwrite", "rw",
+                                           "randrw"));
+
+// 128 KiB writes against 4 KiB in-capsule and 8 KiB maxh2cdata, digests on, policy semantic;
+// the JSON report carries fio's names and the scheduler counters.
+TEST(PerfCli, R2TWritesWithDigestsAndJsonReport) {
+  TargetProcess t({"--inline-data", "4096", "--max-h2c-data", "8k"});
+  ASSERT_TRUE(t.ready()) << t.log();
+  const std::string json = temp_dir() + "/perf-r2t.json";
+  auto r = run_sens(perf(t, {"--rw", "randrw", "--bs", "128k", "--qd", "4", "--queues", "2",
+                             "--verify", "--hdr-digest", "--data-digest", "--json", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GT(verified(r.output), 0) << r.output;
+  EXPECT_NE(r.output.find("in-capsule 4 KiB, maxh2cdata 8 KiB, digests hdr/data"),
+            std::string::npos)
+      << r.output;
+  auto j = nlohmann::json::parse(read_file(json));
+  EXPECT_GT(j["iops"].get<double>(), 0);
+  EXPECT_GT(j["bw_bytes"].get<double>(), 0);
+  EXPECT_EQ(j["errors"], 0);
+  auto& job = j["jobs"][0];
+  for (const char* dir : {"read", "write"}) {
+    EXPECT_GT(job[dir]["iops"].get<double>(), 0) << dir;
+    auto& pct = job[dir]["clat_ns"]["percentile"];
+    for (const char* p : {"50.000000", "90.000000", "99.000000", "99.900000"})
+      EXPECT_GT(pct[p].get<uint64_t>(), 0u) << dir << " " << p;
+    EXPECT_LE(pct["50.000000"].get<uint64_t>(), pct["99.000000"].get<uint64_t>());
+  }
+  for (const char* k : {"usr_cpu", "sys_cpu", "ctx"}) EXPECT_TRUE(job.contains(k)) << k;
+  EXPECT_GT(j["usr_cpu"].get<double>() + j["sys_cpu"].get<double>(), 0);
+  EXPECT_GT(j["syscalls"]["send_per_io"].get<double>(), 0);
+  EXPECT_GT(j["syscalls"]["recv_per_io"].get<double>(), 0);
+  auto& c = j["coalesce"];
+  EXPECT_GT(c["pdus_sent"].get<uint64_t>(), 0u);
+  EXPECT_GT(c["send_calls"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(c.contains("flushes"));
+  EXPECT_GE(c["pdus_per_flush"]["mean"].get<double>(), 1.0);
+  EXPECT_TRUE(c.contains("r2t_delay_us"));
+  // Every 128 KiB write went out as 16 H2CData PDUs plus its CapsuleCmd.
+  EXPECT_GE(c["pdus_sent"].get<uint64_t>(), 17 * job["write"]["total_ios"].get<uint64_t>());
+}
+
+TEST(PerfCli, CoalescingPoliciesAndDisabledSqFlow) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  for (const char* policy : {"off", "uniform", "semantic"}) {
+    const std::string json = temp_dir() + "/perf-" + policy + ".json";
+    auto r = run_sens(perf(
+        t, {"--rw", "randread", "--bs", "4k", "--qd", "16", "--queues", "2", "--coalesce", policy,
+            "--disable-sqflow", "--json", json, "--pg-pdus", "8", "--pg-timeout-us", "20"}));
+    ASSERT_EQ(r.exit_code, 0) << policy << "\n" << r.output;
+    auto j = nlohmann::json::parse(read_file(json));
+    EXPECT_EQ(j["options"]["coalesce"]["policy"], policy);
+    EXPECT_EQ(j["options"]["coalesce"]["pg_pdus"], 8);
+    auto& c = j["coalesce"];
+    const double per_flush = c["pdus_per_flush"]["mean"].get<double>();
+    if (std::string(policy) == "off") {
+      EXPECT_EQ(per_flush, 1.0);
+      EXPECT_EQ(c["pdus_sent"], c["flushes"]["immediate"]);
+    } else {
+      EXPECT_GT(per_flush, 1.0) << policy;  // 32 reads in flight: commands do batch
+      EXPECT_LE(c["pdus_per_flush"]["max"].get<double>(), 8.0);
+    }
+  }
+}
+
+TEST(PerfCli, KilledTargetEndsTheRunWithAnError) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    t.stop();
+  });
+  auto r = run_sens({"perf", "-r", t.trid(), "--rw", "randrw", "--bs", "16k", "--qd", "8",
+                     "--queues", "2", "--time", "30", "--verify"},
+                    40);
+  killer.join();
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_LT(r.seconds, 10) << "should end at the kill, not at --time";
+  EXPECT_NE(r.output.find("I/O error(s); first: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Host path error"), std::string::npos) << r.output;
+}
+
+TEST(PerfCli, HungTargetTimesOutInsteadOfHanging) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    t.signal(SIGSTOP);
+  });
+  auto r = run_sens({"perf", "-r", t.trid(), "--rw", "randread", "--qd", "4", "--time", "20",
+                     "--io-timeout", "500", "--kato", "0", "-q"},
+                    30);
+  stopper.join();
+  t.signal(SIGCONT);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_NE(r.output.find("timed out after 500 ms"), std::string::npos) << r.output;
+}
+
+TEST(PerfCli, BadCommandLines) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  const std::string trid = "traddr:127.0.0.1 trsvcid:9 subnqn:nqn.2024-01.io.x:d";
+  const Case cases[] = {
+      {{"perf"}, "-r TRID is required"},
+      {{"perf", "-r", trid, "--rw", "readwrite"},
+       "--rw 'readwrite': expected read, write, randread, randwrite, rw or randrw"},
+      {{"perf", "-r", trid, "--bs", "4q"}, "--bs '4q' is not a size"},
+      {{"perf", "-r", trid, "--bs", "1000"}, "--bs 1000: must be a non-zero multiple of 512"},
+      {{"perf", "-r", trid, "--coalesce", "eager"},
+       "--coalesce 'eager': expected off, uniform or semantic"},
+      {{"perf", "-r", trid, "--rw", "read", "--rwmixread", "30"},
+       "--rwmixread applies to rw and randrw, not read"},
+      {{"perf", "-r", "traddr:127.0.0.1 subnqn:x"}, "-r: subnqn 'x' does not start with 'nqn.'"},
+      {{"perf", "-r", trid, "--qd", "lots"}, "--qd"},
+  };
+  for (const Case& c : cases) {
+    auto r = run_sens(c.args, 10);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+  }
+  // Nothing listens on port 9 of loopback: a connection error, exit 1, at once.
+  auto r = run_sens({"perf", "-r", trid, "--time", "1"}, 20);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("Connection refused"), std::string::npos) << r.output;
+}
+
+TEST(PerfCli, VerifyNeedsRoomForSerializedIo) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  auto r = run_sens(
+      perf(t, {"--rw", "randrw", "--qd", "8", "--queues", "2", "--verify", "--size", "32k"}));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(
+      r.output.find("--verify needs a region of at least 2 x qd x queues blocks (32 x 4 KiB), "
+                    "have 8"),
+      std::string::npos)
+      << r.output;
+}
+
+TEST(DiscoverCli, PrintsTheLogLikeNvmeCli) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  auto r = run_sens({"discover", "-a", "127.0.0.1", "-s", std::to_string(t.disc_port)}, 20);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Discovery Log Number of Records"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("subtype: nvme subsystem\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("trsvcid: " + std::to_string(t.port) + "\nsubnqn:  " + t.nqn + "\n" +
+                          "traddr:  127.0.0.1\n"),
+            std::string::npos)
+      << r.output;
+  auto bad = run_sens(
+      {"discover", "-a", "127.0.0.1", "-s", std::to_string(t.disc_port + 0), "--hostnqn", "bogus"},
+      20);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}
+
+TEST(IdentifyCli, PrintsIdCtrlAndNamespaces) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  auto r = run_sens({"identify", "-r", t.trid(), "--ns"}, 20);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("NVME Identify Controller:\n", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find("\nsubnqn    : " + t.nqn + "\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nNVME Identify Namespace 1:\nnsze    : 0x20000\n"), std::string::npos)
+      << r.output;  // 64 MiB in 512-byte blocks
+  auto missing = run_sens({"identify", "-r",
+                           "traddr:127.0.0.1 trsvcid:" + std::to_string(t.port) +
+                               " subnqn:nqn.2026-11.dev.sens:nosuch"},
+                          20);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("Connect qid 0 to nqn.2026-11.dev.sens:nosuch"), std::string::npos)
+      << missing.output;
+}
+
+}  // namespace
+}  // namespace sens::host
