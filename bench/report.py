@@ -4,6 +4,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -72,7 +73,7 @@ set style data histograms
 set style fill solid 0.85 border -1
 set boxwidth 0.9
 set grid ytics
-set key top left
+set key outside top center horizontal
 set yrange [0:*]
 set xtics rotate by -20
 plot {plots}
@@ -135,6 +136,15 @@ def main():
             name = f"latency-{b}-{wl}.png"
             if line_plot(os.path.join(args.out, name), f"{wl} average latency ({b})", "us", series):
                 plots[("lat", b, wl)] = name
+        # R2T writes at every queue depth, moderate ones included: one cluster per point.
+        pts = [p for p in select(points, backend=b, workload="16k-randwrite-r2t") if p["qd"] > 1]
+        labels = sorted({(p["concurrency"], p["queues"], p["qd"]) for p in pts})
+        rows = [(f"{q}x{d}", [(one(pts, queues=q, qd=d, policy=pol) or {}).get("iops", 0)
+                              for pol in POLICIES]) for _, q, d in labels]
+        name = f"r2t-writes-{b}.png"
+        if bar_plot(os.path.join(args.out, name), f"16 KiB writes through R2T, IOPS ({b})", "IOPS",
+                    rows, POLICIES):
+            plots[("r2t", b)] = name
         # CPU per million I/Os at the highest concurrency, stacked user/system.
         rows = []
         for wl in ["4k-randread", "4k-randwrite"]:
@@ -165,15 +175,26 @@ def main():
     if not args.docs:
         print(f"report: {len(points)} points -> {args.out}/results.csv and {len(plots)} plots")
         return
+    # The report is committed, so its plots go beside it (docs/results/), not in bench/out/.
     docs_dir = os.path.dirname(os.path.abspath(args.docs))
-    rel = os.path.relpath(os.path.abspath(args.out), docs_dir)
+    plot_dir = os.path.join(docs_dir, "results")
+    os.makedirs(plot_dir, exist_ok=True)
+    for name in plots.values():
+        shutil.copyfile(os.path.join(args.out, name), os.path.join(plot_dir, name))
+    for raw in ("results.json", "results.csv"):  # the numbers behind every table, committed too
+        shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(args.inp)), raw)
+                        if raw == "results.json" else os.path.join(args.out, raw),
+                        os.path.join(plot_dir, raw))
+    rel = "results"
     L = []
     L.append("# SENS on this machine: measured\n")
     L.append(f"Run {meta['date']} on {meta['cores']} cores ({meta['cpu']}), kernel {meta['kernel']}; "
              f"{meta['seconds_per_point']} s per point; target pinned to core 0, `sens perf` to core 1, "
              "both over 127.0.0.1, a fresh target per point.\n")
+    if meta.get("idle"):
+        L.append(f"Idle connections (`python3 bench/idle.py`): {meta['idle']}.\n")
     L.append(f"Regenerate everything here with `make bench` (or `{meta['command']}`); "
-             "the raw numbers are in `bench/out/results.json` and `results.csv`.\n")
+             "the raw numbers are in `docs/results/results.json` and `results.csv`, and `python3 bench/report.py --in docs/results/results.json --out bench/out --docs docs/results.md` rebuilds this page from them.\n")
     for b in backends:
         L.append(f"\n## {b} namespace\n")
         for wl in ["4k-randread", "4k-randwrite", "16k-randwrite-r2t", "16k-randread",
@@ -195,27 +216,28 @@ def main():
             for kind in ("iops", "lat"):
                 if (kind, b, wl) in plots:
                     L.append(f"\n![{wl} {kind}]({rel}/{plots[(kind, b, wl)]})")
-        for kind in ("cpu", "mixed"):
+        for kind in ("r2t", "cpu", "mixed"):
             if (kind, b) in plots:
                 L.append(f"\n![{kind}]({rel}/{plots[(kind, b)]})\n")
 
     # The model beside the measurement.
     L.append("\n## The model beside the measurement\n")
     L.append("For the write points: the target's measured PDUs per flush next to Eq. (1) at the "
-             "measured arrival rate lambda (target PDUs sent per second), and the measured R2T "
+             "measured arrival rate lambda (target PDUs sent per second per connection, since each connection has its own group), and the measured R2T "
              "queueing delay ratio semantic/uniform next to Eq. (4) with p the measured fraction of "
              "R2T among the target's PDUs (`sens model --lambda L --B 16 --T-us 50 --p P --c2 4`).\n")
-    L.append("| backend | workload | queues x QD | policy | lambda (PDU/s) | p (R2T share) | PDUs/flush measured "
+    L.append("| backend | workload | queues x QD | policy | lambda (PDU/s/conn) | p (R2T share) | PDUs/flush measured "
              "| E[B_eff] Eq. 1 | R2T delay avg us | ratio sem/uni measured | R Eq. 4 |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for b in backends:
         for wl in ["4k-randwrite", "16k-randwrite-r2t"]:
-            for p in sorted(select(points, backend=b, workload=wl, qd=32), key=lambda p: p["queues"]):
+            for p in sorted((p for p in select(points, backend=b, workload=wl) if p["qd"] > 1),
+                            key=lambda p: (p["concurrency"], p["queues"])):
                 if p["policy"] == "off":
                     continue
                 pdus = p.get("target_pdus_sent") or 0
                 secs = p.get("runtime_s") or meta["seconds_per_point"]
-                lam = pdus / secs if secs else 0
+                lam = pdus / secs / p["queues"] if secs else 0  # per connection: one group each
                 r2t = p["r2t_delay_us"]["count"]
                 share = r2t / pdus if pdus else 0
                 m = model(args.sens, lam, share) if lam > 0 and share > 0 else None
@@ -223,7 +245,7 @@ def main():
                     m = model(args.sens, lam, 1e-6)
                 ratio = "-"
                 if p["policy"] == "semantic":
-                    u = one(points, backend=b, workload=wl, qd=32, queues=p["queues"], policy="uniform")
+                    u = one(points, backend=b, workload=wl, qd=p["qd"], queues=p["queues"], policy="uniform")
                     if u and u["r2t_delay_us"]["count"] and p["r2t_delay_us"]["count"]:
                         ratio = f"{p['r2t_delay_us']['mean'] / max(u['r2t_delay_us']['mean'], 1e-9):.2f}"
                 L.append(f"| {b} | {wl} | {p['queues']}x{p['qd']} | {p['policy']} | {fmt(lam)} | {share:.3f} | "

@@ -1,0 +1,65 @@
+// `bench/run.py --quick` produces well-formed results: the JSON of every point, the CSV and
+// the plots. No timing thresholds: the numbers themselves are for docs/results.md.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "child_process.h"
+
+namespace sens::testing {
+namespace {
+
+TEST(Bench, QuickSweepWritesJsonCsvAndPlots) {
+  TempDir dir;
+  RunResult r = run_command({"/usr/bin/env", "python3", std::string(SENS_SOURCE_DIR) + "/bench/run.py",
+                             "--quick", "--sens", SENS_BINARY, "--out", dir.path()},
+                            240000);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+
+  std::ifstream in(dir.file("results.json"));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << "results.json is not JSON";
+  ASSERT_TRUE(j.contains("meta") && j.contains("points"));
+  const auto& points = j["points"];
+  ASSERT_EQ(points.size(), 18u) << "quick: 2 workloads x 3 policies x 3 concurrency points";
+  for (const auto& p : points) {
+    for (const char* k : {"policy", "workload", "queues", "qd", "iops", "lat_avg_us", "lat_p99_us",
+                          "target_usr_s_per_mio", "target_sys_s_per_mio", "host_usr_s_per_mio",
+                          "target_send_calls_per_io", "r2t_delay_us", "target_flushes"})
+      ASSERT_TRUE(p.contains(k)) << "point lacks " << k << ": " << p.dump();
+    EXPECT_GT(p["iops"].get<double>(), 0) << p.dump();
+    EXPECT_GT(p["total_ios"].get<uint64_t>(), 0u);
+  }
+  for (const char* policy : {"off", "uniform", "semantic"}) {
+    bool seen = false;
+    for (const auto& p : points) seen |= p["policy"] == policy;
+    EXPECT_TRUE(seen) << policy;
+  }
+
+  std::ifstream csv(dir.file("results.csv"));
+  std::string header, line;
+  ASSERT_TRUE(std::getline(csv, header));
+  EXPECT_NE(header.find("iops"), std::string::npos);
+  size_t rows = 0, columns = std::count(header.begin(), header.end(), ',');
+  while (std::getline(csv, line)) {
+    ++rows;
+    EXPECT_EQ(size_t(std::count(line.begin(), line.end(), ',')), columns) << line;
+  }
+  EXPECT_EQ(rows, points.size());
+
+  for (const char* png : {"iops-ram-4k-randread.png", "latency-ram-4k-randread.png",
+                          "iops-ram-16k-randwrite-r2t.png", "cpu-ram.png"}) {
+    std::ifstream f(dir.file(png), std::ios::binary);
+    ASSERT_TRUE(f) << png << " was not written";
+    char magic[8] = {};
+    f.read(magic, 8);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG") << png;
+  }
+}
+
+}  // namespace
+}  // namespace sens::testing
