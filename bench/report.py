@@ -181,10 +181,11 @@ def main():
     os.makedirs(plot_dir, exist_ok=True)
     for name in plots.values():
         shutil.copyfile(os.path.join(args.out, name), os.path.join(plot_dir, name))
-    for raw in ("results.json", "results.csv"):  # the numbers behind every table, committed too
-        shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(args.inp)), raw)
-                        if raw == "results.json" else os.path.join(args.out, raw),
-                        os.path.join(plot_dir, raw))
+    # The numbers behind every table are committed too.
+    for src in (os.path.abspath(args.inp), os.path.join(os.path.abspath(args.out), "results.csv")):
+        dst = os.path.join(plot_dir, os.path.basename(src))
+        if os.path.abspath(src) != os.path.abspath(dst):
+            shutil.copyfile(src, dst)
     rel = "results"
     L = []
     L.append("# SENS on this machine: measured\n")
