@@ -38,7 +38,9 @@ void Histogram::merge(const Histogram& o) {
   max_ = std::max(max_, o.max_);
 }
 
-void Histogram::reset() { *this = Histogram(); }
+void Histogram::reset() {
+  *this = Histogram();
+}
 
 uint64_t Histogram::percentile(double pct) const {
   if (count_ == 0) return 0;

@@ -13,12 +13,18 @@ std::optional<uint64_t> parse_size(std::string_view text) {
   for (const char* p = end; p != text.data() + text.size(); ++p)
     suffix.push_back(char(std::tolower(static_cast<unsigned char>(*p))));
   int shift = 0;
-  if (suffix.empty() || suffix == "b") shift = 0;
-  else if (suffix == "k" || suffix == "kb" || suffix == "kib") shift = 10;
-  else if (suffix == "m" || suffix == "mb" || suffix == "mib") shift = 20;
-  else if (suffix == "g" || suffix == "gb" || suffix == "gib") shift = 30;
-  else if (suffix == "t" || suffix == "tb" || suffix == "tib") shift = 40;
-  else return std::nullopt;
+  if (suffix.empty() || suffix == "b")
+    shift = 0;
+  else if (suffix == "k" || suffix == "kb" || suffix == "kib")
+    shift = 10;
+  else if (suffix == "m" || suffix == "mb" || suffix == "mib")
+    shift = 20;
+  else if (suffix == "g" || suffix == "gb" || suffix == "gib")
+    shift = 30;
+  else if (suffix == "t" || suffix == "tb" || suffix == "tib")
+    shift = 40;
+  else
+    return std::nullopt;
   if (shift && value > (UINT64_MAX >> shift)) return std::nullopt;
   return value << shift;
 }

@@ -44,7 +44,9 @@ Reactor::~Reactor() {
   close(event_fd_);
 }
 
-Reactor* Reactor::current() { return t_current; }
+Reactor* Reactor::current() {
+  return t_current;
+}
 
 void Reactor::add(int fd, uint32_t events, EventHandler* handler) {
   epoll_event ev{};
@@ -61,7 +63,9 @@ void Reactor::modify(int fd, uint32_t events, EventHandler* handler) {
   epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
 }
 
-void Reactor::remove(int fd) { epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr); }
+void Reactor::remove(int fd) {
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+}
 
 // ---- timer heap (min-heap on deadline, intrusive index) ----
 void Reactor::heap_up(int i) {
@@ -109,8 +113,10 @@ void Reactor::arm(Timer& timer, Nanos deadline) {
   if (timer.armed()) {
     Nanos old = timer.deadline_;
     timer.deadline_ = deadline;
-    if (deadline < old) heap_up(timer.heap_index_);
-    else heap_down(timer.heap_index_);
+    if (deadline < old)
+      heap_up(timer.heap_index_);
+    else
+      heap_down(timer.heap_index_);
     return;
   }
   timer.deadline_ = deadline;
@@ -134,7 +140,9 @@ void Reactor::fire_timers() {
   }
 }
 
-void Reactor::defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+void Reactor::defer(std::function<void()> fn) {
+  deferred_.push_back(std::move(fn));
+}
 
 void Reactor::post(std::function<void()> fn) {
   {
@@ -168,8 +176,8 @@ void Reactor::run_once(Nanos max_wait) {
   }
   timespec ts{time_t(wait / kSecond), long(wait % kSecond)};
   ++stats_.polls;
-  int n = epoll_pwait2(epfd_, events_.data(), int(events_.size()), wait < 0 ? nullptr : &ts,
-                       nullptr);
+  int n =
+      epoll_pwait2(epfd_, events_.data(), int(events_.size()), wait < 0 ? nullptr : &ts, nullptr);
   if (n > 0) ++stats_.wakeups;
   for (int i = 0; i < n; ++i) {
     if (events_[i].data.u64 == kWakeupTag) {

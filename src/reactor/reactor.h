@@ -42,8 +42,8 @@ class Timer {
 };
 
 struct ReactorStats {
-  uint64_t wakeups = 0;      // epoll_pwait2 calls that returned events or fired timers
-  uint64_t polls = 0;        // epoll_pwait2 calls
+  uint64_t wakeups = 0;  // epoll_pwait2 calls that returned events or fired timers
+  uint64_t polls = 0;    // epoll_pwait2 calls
   uint64_t timers_fired = 0;
 };
 

@@ -70,7 +70,8 @@ std::string validate(const TargetConfig& c) {
       return "the discovery NQN cannot name an I/O subsystem";
     if (!nqns.insert(s.nqn).second) return "subsystem NQN '" + s.nqn + "' given twice";
     if (s.namespaces.empty()) return "subsystem '" + s.nqn + "' has no namespace";
-    if (s.namespaces.size() > 1024) return "subsystem '" + s.nqn + "' has more than 1024 namespaces";
+    if (s.namespaces.size() > 1024)
+      return "subsystem '" + s.nqn + "' has more than 1024 namespaces";
     for (auto& ns : s.namespaces) {
       std::string err = storage::check_spec(ns);
       if (!err.empty()) return "namespace '" + ns + "': " + err;
@@ -88,7 +89,8 @@ std::string validate(const TargetConfig& c) {
   if (c.max_io_queues < 1 || c.max_io_queues > 1024) return "--max-io-queues must be in 1..1024";
   if (c.cores < 1 || c.cores > 256) return "--cores must be in 1..256";
   if (c.coalesce.pdus < 1 || c.coalesce.pdus > 1024) return "--pg-pdus must be in 1..1024";
-  if (c.coalesce.ctrl_pdus < 1 || c.coalesce.ctrl_pdus > 1024) return "--ctrl-pdus must be in 1..1024";
+  if (c.coalesce.ctrl_pdus < 1 || c.coalesce.ctrl_pdus > 1024)
+    return "--ctrl-pdus must be in 1..1024";
   if (c.coalesce.bytes < 512) return "--pg-bytes must be at least 512";
   if (c.coalesce.timeout < 0 || c.coalesce.ctrl_timeout < 0) return "timeouts must be >= 0";
   std::set<std::pair<std::string, uint16_t>> seen;
@@ -210,14 +212,22 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
         *error = "config key '" + key + "': too large";
         return false;
       }
-      if (key == "inline_data") c->inline_data = uint32_t(n);
-      else if (key == "max_h2c_data") c->max_h2c_data = uint32_t(n);
-      else if (key == "max_io") c->max_io = uint32_t(n);
-      else if (key == "queue_size") c->queue_size = uint32_t(n);
-      else if (key == "max_io_queues") c->max_io_queues = uint32_t(n);
-      else if (key == "cores") c->cores = int(n);
-      else if (key == "sock_buf") c->sock_buf = uint32_t(n);
-      else c->busy_poll_us = n;
+      if (key == "inline_data")
+        c->inline_data = uint32_t(n);
+      else if (key == "max_h2c_data")
+        c->max_h2c_data = uint32_t(n);
+      else if (key == "max_io")
+        c->max_io = uint32_t(n);
+      else if (key == "queue_size")
+        c->queue_size = uint32_t(n);
+      else if (key == "max_io_queues")
+        c->max_io_queues = uint32_t(n);
+      else if (key == "cores")
+        c->cores = int(n);
+      else if (key == "sock_buf")
+        c->sock_buf = uint32_t(n);
+      else
+        c->busy_poll_us = n;
     } else if (key == "coalesce") {
       if (!v.is_object()) {
         *error = "config key 'coalesce': expected an object";
@@ -225,18 +235,24 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
       }
       for (auto& [k2, v2] : v.items()) {
         if (k2 == "policy") {
-          if (!v2.is_string() || !coalesce::parse_policy(v2.get<std::string>(), &c->coalesce.policy)) {
+          if (!v2.is_string() ||
+              !coalesce::parse_policy(v2.get<std::string>(), &c->coalesce.policy)) {
             *error = "coalesce key 'policy': expected \"off\", \"uniform\" or \"semantic\"";
             return false;
           }
           continue;
         }
         if (!json_size(v2, "coalesce." + k2, &n, error)) return false;
-        if (k2 == "pg_pdus") c->coalesce.pdus = uint32_t(n);
-        else if (k2 == "pg_timeout_us") c->coalesce.timeout = Nanos(n) * kMicro;
-        else if (k2 == "ctrl_pdus") c->coalesce.ctrl_pdus = uint32_t(n);
-        else if (k2 == "ctrl_timeout_us") c->coalesce.ctrl_timeout = Nanos(n) * kMicro;
-        else if (k2 == "pg_bytes") c->coalesce.bytes = uint32_t(n);
+        if (k2 == "pg_pdus")
+          c->coalesce.pdus = uint32_t(n);
+        else if (k2 == "pg_timeout_us")
+          c->coalesce.timeout = Nanos(n) * kMicro;
+        else if (k2 == "ctrl_pdus")
+          c->coalesce.ctrl_pdus = uint32_t(n);
+        else if (k2 == "ctrl_timeout_us")
+          c->coalesce.ctrl_timeout = Nanos(n) * kMicro;
+        else if (k2 == "pg_bytes")
+          c->coalesce.bytes = uint32_t(n);
         else {
           *error = "unknown coalesce key '" + k2 +
                    "' (policy, pg_pdus, pg_timeout_us, ctrl_pdus, ctrl_timeout_us, pg_bytes)";
@@ -277,12 +293,10 @@ std::string to_json_text(const TargetConfig& c) {
   j["cores"] = c.cores;
   j["busy_poll_us"] = c.busy_poll_us;
   j["sock_buf"] = c.sock_buf;
-  j["coalesce"] = {{"policy", coalesce::policy_name(c.coalesce.policy)},
-                   {"pg_pdus", c.coalesce.pdus},
-                   {"pg_timeout_us", c.coalesce.timeout / kMicro},
-                   {"ctrl_pdus", c.coalesce.ctrl_pdus},
-                   {"ctrl_timeout_us", c.coalesce.ctrl_timeout / kMicro},
-                   {"pg_bytes", c.coalesce.bytes}};
+  j["coalesce"] = {
+      {"policy", coalesce::policy_name(c.coalesce.policy)},  {"pg_pdus", c.coalesce.pdus},
+      {"pg_timeout_us", c.coalesce.timeout / kMicro},        {"ctrl_pdus", c.coalesce.ctrl_pdus},
+      {"ctrl_timeout_us", c.coalesce.ctrl_timeout / kMicro}, {"pg_bytes", c.coalesce.bytes}};
   if (!c.stats_json.empty()) j["stats_json"] = c.stats_json;
   return j.dump(2);
 }

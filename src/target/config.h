@@ -23,10 +23,10 @@ struct TargetConfig {
   std::vector<ListenAddress> listen;  // I/O listeners (default 127.0.0.1:4420)
   uint16_t discovery_port = 8009;     // 0: no discovery controller
   std::vector<SubsystemConfig> subsystems;
-  uint32_t inline_data = 8192;        // in-capsule data bytes on I/O queues
-  uint32_t max_h2c_data = 128 * 1024; // ICResp maxh2cdata
-  uint32_t max_io = 128 * 1024;       // MDTS, bytes (a power of two >= 4 KiB)
-  uint32_t queue_size = 128;          // entries per queue (CAP.MQES + 1)
+  uint32_t inline_data = 8192;         // in-capsule data bytes on I/O queues
+  uint32_t max_h2c_data = 128 * 1024;  // ICResp maxh2cdata
+  uint32_t max_io = 128 * 1024;        // MDTS, bytes (a power of two >= 4 KiB)
+  uint32_t queue_size = 128;           // entries per queue (CAP.MQES + 1)
   uint32_t max_io_queues = 64;
   int cores = 1;
   int first_core = -1;  // pin reactor i to core first_core + i; -1: no pinning

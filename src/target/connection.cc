@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/crc32c.h"
 #include "coalesce/stats_json.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "target/target.h"
 #include "wire/nvme_build.h"
@@ -21,10 +21,16 @@ using coalesce::FlushReason;
 using coalesce::PduClass;
 
 namespace {
-constexpr uint32_t kAdminInline = 8192;  // admin and Fabrics capsules (Connect's 1024 bytes)
-constexpr uint32_t kAerLimit = 4;        // AERL + 1
+constexpr uint32_t kAdminInline = 8192;        // admin and Fabrics capsules (Connect's 1024 bytes)
+constexpr uint32_t kAerLimit = 4;              // AERL + 1
 constexpr Nanos kSetupTimeout = 10 * kSecond;  // ICReq + Connect must arrive by then
 constexpr uint32_t kVersion = 0x00010300;      // NVMe 1.3
+constexpr Nanos kCloseTimeout = 2 * kSecond;   // a TermReq the peer never reads
+// Keep Alive Timer granularity (Identify KAS, in 100 ms units): a host is dropped once no
+// admin command arrived for kato plus one granule, so a host that sends Keep Alive at
+// exactly kato (as older Linux hosts do) is not dropped by a race.
+constexpr uint16_t kKasUnits = 10;
+constexpr Nanos kKeepAliveGrace = kKasUnits * 100 * kMilli;
 constexpr size_t kRecvBudget = 256 * 1024;     // per readiness event, for fairness
 constexpr uint16_t kNsWriteProtected = 0x020;  // generic status 20h
 }  // namespace
@@ -50,9 +56,9 @@ Connection::Connection(ReactorContext& ctx, int fd, uint64_t id, std::string pee
   // Command slots and their data buffers, allocated once per connection (mmap'd lazily, so
   // an idle connection costs address space, not memory).
   const auto& cfg = ctx.config;
-  uint32_t need = std::max({cfg.max_io, cfg.inline_data, kAdminInline,
-                            uint32_t(1024 * (ctx.registry.subsystems().size() *
-                                                 (cfg.listen.size() + 1) + 2))});
+  uint32_t need =
+      std::max({cfg.max_io, cfg.inline_data, kAdminInline,
+                uint32_t(1024 * (ctx.registry.subsystems().size() * (cfg.listen.size() + 1) + 2))});
   buf_size_ = (need + 4095) & ~4095u;
   slots_.resize(cfg.queue_size);
   buffers_bytes_ = size_t(buf_size_) * slots_.size();
@@ -145,7 +151,9 @@ uint32_t Connection::inline_limit() const {
   return state_ == State::kReady && qid_ != 0 ? ctx_.config.inline_data : kAdminInline;
 }
 
-PduClass Connection::data_class() const { return qid_ == 0 ? PduClass::kUrgent : PduClass::kData; }
+PduClass Connection::data_class() const {
+  return qid_ == 0 ? PduClass::kUrgent : PduClass::kData;
+}
 
 // ---------------------------------------------------------------------------- receive side
 
@@ -193,6 +201,7 @@ void Connection::fatal(uint16_t fes, uint32_t fei, const char* why, const void* 
   uint32_t n = pdu::build_term_req(term_hdr_, pdu::Type::kC2HTermReq, fes, fei, header, len);
   iovec iov{term_hdr_.bytes, n};
   close_pending_ = true;
+  ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kCloseTimeout);
   sendq_.enqueue(&iov, 1, PduClass::kUrgent,
                  {[](void* self, uint64_t) {
                     auto* c = static_cast<Connection*>(self);
@@ -254,8 +263,10 @@ bool Connection::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& l
   }
   // In-capsule data: an offset data block SGL describing exactly the bytes that follow.
   const auto& sgl = c.sqe.sgl;
-  if (sgl.type != nvme::kSglDataBlockOffset) c.pending_status = st::kSglInvalidType;
-  else if (sgl.addr != 0) c.pending_status = st::kSglInvalidOffset;
+  if (sgl.type != nvme::kSglDataBlockOffset)
+    c.pending_status = st::kSglInvalidType;
+  else if (sgl.addr != 0)
+    c.pending_status = st::kSglInvalidOffset;
   else if (sgl.length != layout.data_len || layout.data_len > inline_limit())
     c.pending_status = st::kSglInvalidDataLength;
   current_ = &c;
@@ -305,15 +316,19 @@ bool Connection::on_pdu_payload(const pdu::CommonHeader& header, bool digest_ok)
   if (!c) return true;  // a TermReq's quoted bytes, already handled
   if (!digest_ok && c->pending_status == st::kSuccess) c->pending_status = st::kDataTransferError;
   if (header.type == uint8_t(pdu::Type::kCapsuleCmd)) {
-    if (c->pending_status != st::kSuccess) complete(*c, c->pending_status);
-    else dispatch(*c);
+    if (c->pending_status != st::kSuccess)
+      complete(*c, c->pending_status);
+    else
+      dispatch(*c);
     return !closed_;
   }
   auto& d = reinterpret_cast<const pdu::DataHeader&>(header);
   c->received += d.datal;
   if (c->received == c->xfer_len) {
-    if (c->pending_status != st::kSuccess) complete(*c, c->pending_status);
-    else start_io(*c);
+    if (c->pending_status != st::kSuccess)
+      complete(*c, c->pending_status);
+    else
+      start_io(*c);
   }
   return !closed_;
 }
@@ -353,8 +368,7 @@ void Connection::exec_connect(Command& c) {
   auto& cmd = reinterpret_cast<const nvme::ConnectCmd&>(c.sqe);
   auto ipo = [](uint32_t offset, bool in_data) { return (in_data ? (1u << 16) : 0u) | offset; };
   if (state_ != State::kWaitConnect) return complete(c, st::kCmdSeqError);
-  if (c.xfer_len != sizeof(nvme::ConnectData))
-    return complete(c, st::kSglInvalidDataLength);
+  if (c.xfer_len != sizeof(nvme::ConnectData)) return complete(c, st::kSglInvalidDataLength);
   if (cmd.recfmt != 0) return complete(c, st::kConnectIncompatibleFormat);
   auto& data = *reinterpret_cast<const nvme::ConnectData*>(c.buf);
   std::string subnqn(nvme::fixed_string(data.subnqn, sizeof(data.subnqn)));
@@ -362,8 +376,7 @@ void Connection::exec_connect(Command& c) {
   Subsystem* sub = ctx_.registry.find(subnqn);
   if (!sub) {
     LOG_INFO("connect from %s: unknown subsystem '%s'", peer_.c_str(), subnqn.c_str());
-    return complete(c, st::kConnectInvalidParam,
-                    ipo(offsetof(nvme::ConnectData, subnqn), true));
+    return complete(c, st::kConnectInvalidParam, ipo(offsetof(nvme::ConnectData, subnqn), true));
   }
   if (!sub->host_allowed(hostnqn)) {
     LOG_INFO("connect from %s: host '%s' not allowed on '%s'", peer_.c_str(), hostnqn.c_str(),
@@ -394,8 +407,8 @@ void Connection::exec_connect(Command& c) {
   sqhd_ = 1 % sq_size_;
   sqflow_disabled_ = cmd.cattr & nvme::kCattrDisableSqFlowControl;
   if (!ctrl_->add_queue({&counters_, &ctx_, id_, qid_})) {
-    LOG_INFO("connect from %s: queue %u of controller %u is already connected", peer_.c_str(),
-             qid_, ctrl_->cntlid);
+    LOG_INFO("connect from %s: queue %u of controller %u is already connected", peer_.c_str(), qid_,
+             ctrl_->cntlid);
     ctrl_.reset();
     subsystem_ = nullptr;
     qid_ = 0;
@@ -446,8 +459,10 @@ void Connection::exec_property_set(Command& c) {
   if (en && !was) ctrl_->csts |= 1;    // ready at once: nothing to initialise
   if (!en && was) ctrl_->csts &= ~1u;  // reset
   uint32_t shn = (cc >> 14) & 3;
-  if (shn) ctrl_->csts = (ctrl_->csts & ~(3u << 2)) | (2u << 2);  // shutdown complete
-  else if (!en) ctrl_->csts &= ~(3u << 2);
+  if (shn)
+    ctrl_->csts = (ctrl_->csts & ~(3u << 2)) | (2u << 2);  // shutdown complete
+  else if (!en)
+    ctrl_->csts &= ~(3u << 2);
   complete(c, st::kSuccess);
 }
 
@@ -525,7 +540,7 @@ void Connection::exec_identify(Command& c) {
       id.aerl = kAerLimit - 1;
       id.lpa = 1u << 2;  // extended data for Get Log Page (offsets)
       id.elpe = 0;
-      id.kas = 10;  // keep alive granularity: 10 x 100 ms
+      id.kas = kKasUnits;
       id.sqes = 0x66;
       id.cqes = 0x44;
       id.maxcmd = uint16_t(cfg.queue_size);
@@ -640,7 +655,8 @@ void Connection::exec_get_log_page(Command& c) {
           continue;
         }
         for (auto& s : ctx_.registry.subsystems())
-          if (s->host_allowed(ctrl_->hostnqn)) add(s->nqn, bound[i], nvme::kSubtypeNvme, uint16_t(i + 1));
+          if (s->host_allowed(ctrl_->hostnqn))
+            add(s->nqn, bound[i], nvme::kSubtypeNvme, uint16_t(i + 1));
       }
       hdr.genctr = 1;
       hdr.numrec = n;
@@ -653,7 +669,8 @@ void Connection::exec_get_log_page(Command& c) {
   }
   if (offset > page_len || (offset & 3)) return complete(c, st::kInvalidField);
   if (offset) std::memmove(c.buf, c.buf + offset, page_len - offset);
-  if (page_len - offset < len) std::memset(c.buf + (page_len - offset), 0, len - (page_len - offset));
+  if (page_len - offset < len)
+    std::memset(c.buf + (page_len - offset), 0, len - (page_len - offset));
   send_data_in(c, c.buf, uint32_t(len));
 }
 
@@ -673,8 +690,10 @@ void Connection::exec_set_features(Command& c) {
       return complete(c, st::kSuccess);
     case nvme::feature::kKeepAliveTimer:
       ctrl_->kato_ms = v;
-      if (v) reset_keep_alive();
-      else ctx_.reactor.cancel(ka_timer_);
+      if (v)
+        reset_keep_alive();
+      else
+        ctx_.reactor.cancel(ka_timer_);
       return complete(c, st::kSuccess);
     case nvme::feature::kVolatileWriteCache:
     case nvme::feature::kArbitration:
@@ -693,8 +712,8 @@ void Connection::exec_get_features(Command& c) {
   uint8_t fid = uint8_t(c.sqe.cdw10 & 0xFF);
   switch (fid) {
     case nvme::feature::kNumQueues: {
-      uint32_t g = ctrl_->io_queues_granted ? ctrl_->io_queues_granted - 1
-                                            : ctx_.config.max_io_queues - 1;
+      uint32_t g =
+          ctrl_->io_queues_granted ? ctrl_->io_queues_granted - 1 : ctx_.config.max_io_queues - 1;
       return complete(c, st::kSuccess, g | (g << 16));
     }
     case nvme::feature::kAsyncEventConfig:
@@ -721,12 +740,12 @@ void Connection::exec_get_features(Command& c) {
 void Connection::reset_keep_alive() {
   last_admin_ = ctx_.reactor.now();
   if (!ka_timer_.armed() && ctrl_ && ctrl_->kato_ms)
-    ctx_.reactor.arm(ka_timer_, last_admin_ + Nanos(ctrl_->kato_ms) * kMilli);
+    ctx_.reactor.arm(ka_timer_, last_admin_ + Nanos(ctrl_->kato_ms) * kMilli + kKeepAliveGrace);
 }
 
 void Connection::on_keep_alive_timer() {
   if (closed_ || !ctrl_ || !ctrl_->kato_ms) return;
-  Nanos due = last_admin_ + Nanos(ctrl_->kato_ms) * kMilli;
+  Nanos due = last_admin_ + Nanos(ctrl_->kato_ms) * kMilli + kKeepAliveGrace;
   if (ctx_.reactor.now() >= due) {
     LOG_INFO("controller %u (%s): no keep alive within %u ms, dropping the host", ctrl_->cntlid,
              ctrl_->hostnqn.c_str(), ctrl_->kato_ms);
@@ -737,7 +756,13 @@ void Connection::on_keep_alive_timer() {
 }
 
 void Connection::on_setup_timer() {
-  if (state_ == State::kReady || closed_) return;
+  if (closed_) return;
+  if (state_ == State::kClosing) {  // the TermReq could not be sent: close regardless
+    close_pending_ = false;
+    close("C2HTermReq not sent in time");
+    return;
+  }
+  if (state_ == State::kReady) return;
   LOG_INFO("connection %llu (%s): no ICReq/Connect within %lld s, closing",
            static_cast<unsigned long long>(id_), peer_.c_str(),
            static_cast<long long>(kSetupTimeout / kSecond));

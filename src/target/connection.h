@@ -59,10 +59,10 @@ class Connection final : public EventHandler,
     SlotState state = SlotState::kFree;
     nvme::Sqe sqe{};
     uint8_t* buf = nullptr;
-    uint32_t xfer_len = 0;   // bytes this command moves
-    uint32_t received = 0;   // H2C bytes received so far
+    uint32_t xfer_len = 0;        // bytes this command moves
+    uint32_t received = 0;        // H2C bytes received so far
     uint16_t pending_status = 0;  // an error found while data was still arriving
-    uint64_t offset = 0;     // device byte offset
+    uint64_t offset = 0;          // device byte offset
     Namespace* ns = nullptr;
     uint32_t dsm_next = 0, dsm_count = 0;  // Dataset Management range walk
     uint32_t flush_next = 0;               // broadcast flush walk
@@ -145,7 +145,8 @@ class Connection final : public EventHandler,
   uint64_t commands_ = 0;
 
   pdu::HeaderSlot ic_hdr_{}, term_hdr_{};
-  Timer ka_timer_, setup_timer_;
+  Timer ka_timer_;
+  Timer setup_timer_;  // ICReq + Connect deadline; later, the deadline to send a C2HTermReq
   Nanos last_admin_ = 0;
 };
 

@@ -61,7 +61,8 @@ class Controller {
   std::string hostnqn;
   uint8_t hostid[16]{};
   uint32_t kato_ms = 0;
-  std::atomic<uint32_t> io_queues_granted{0};  // I/O queues granted (one-based); read by any reactor
+  std::atomic<uint32_t> io_queues_granted{
+      0};  // I/O queues granted (one-based); read by any reactor
 
   // Controller registers. Written by the admin queue's thread only.
   uint32_t cc = 0;

@@ -213,12 +213,15 @@ static int open_listener(const std::string& host, uint16_t port, uint16_t* bound
 
 Target::Target(TargetConfig config) : config_(std::move(config)) {}
 
-Target::~Target() { stop(); }
+Target::~Target() {
+  stop();
+}
 
 std::string Target::start() {
   std::string error = registry_.build(config_);
   if (!error.empty()) return error;
-  for (int i = 0; i < config_.cores; ++i) ctxs_.push_back(std::make_unique<ReactorContext>(*this, i));
+  for (int i = 0; i < config_.cores; ++i)
+    ctxs_.push_back(std::make_unique<ReactorContext>(*this, i));
 
   std::vector<std::pair<ListenAddress, bool>> wanted;
   for (auto& l : config_.listen) wanted.push_back({l, false});
@@ -287,8 +290,10 @@ nlohmann::json Target::stats_json() {
     parts.push_back(p->get_future());
     ReactorContext* c = ctx.get();
     auto collect = [c, p] { p->set_value({c->total_stats(), c->stats_json()}); };
-    if (running_) c->reactor.post(collect);
-    else collect();
+    if (running_)
+      c->reactor.post(collect);
+    else
+      collect();
   }
   coalesce::Stats total;
   nlohmann::json per = nlohmann::json::array(), reactors = nlohmann::json::array();

@@ -66,8 +66,7 @@ int run_target(int argc, char** argv) {
       ->default_str("semantic")
       ->check(CLI::IsMember({"off", "uniform", "semantic"}));
   app.add_option("--pg-pdus", cli.coalesce.pdus, "B: PDUs per group")->default_val(16);
-  app.add_option("--pg-timeout-us", pg_timeout_us, "T: group timer, microseconds")
-      ->default_val(50);
+  app.add_option("--pg-timeout-us", pg_timeout_us, "T: group timer, microseconds")->default_val(50);
   app.add_option("--ctrl-pdus", cli.coalesce.ctrl_pdus, "c2: R2Ts that flush a group")
       ->default_val(4);
   app.add_option("--ctrl-timeout-us", ctrl_timeout_us, "Tc: R2T timer, microseconds")
@@ -119,7 +118,8 @@ int run_target(int argc, char** argv) {
   };
   if (!size_opt("--inline-data", inline_data, &cfg.inline_data) ||
       !size_opt("--max-h2c-data", max_h2c, &cfg.max_h2c_data) ||
-      !size_opt("--max-io", max_io, &cfg.max_io) || !size_opt("--pg-bytes", pg_bytes, &cfg.coalesce.bytes))
+      !size_opt("--max-io", max_io, &cfg.max_io) ||
+      !size_opt("--pg-bytes", pg_bytes, &cfg.coalesce.bytes))
     return 2;
   if (given("--coalesce")) coalesce::parse_policy(policy, &cfg.coalesce.policy);
   if (given("--pg-timeout-us")) cfg.coalesce.timeout = Nanos(pg_timeout_us) * kMicro;

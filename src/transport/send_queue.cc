@@ -18,7 +18,9 @@ SendQueue::SendQueue(Reactor& reactor, const coalesce::Config& config, Owner& ow
   scratch_.reserve(IOV_MAX);
 }
 
-SendQueue::~SendQueue() { reactor_.cancel(timer_); }
+SendQueue::~SendQueue() {
+  reactor_.cancel(timer_);
+}
 
 void SendQueue::set_config(const coalesce::Config& config) {
   flush(FlushReason::kImmediate);
@@ -64,8 +66,7 @@ void SendQueue::on_writable() {
   if (!blocked_) return;
   blocked_ = false;
   owner_.want_writable(false);
-  if (head_ < committed_)
-    ++scheduler_.stats().flushes[size_t(FlushReason::kSocketFull)];
+  if (head_ < committed_) ++scheduler_.stats().flushes[size_t(FlushReason::kSocketFull)];
   send_committed();
 }
 

@@ -80,8 +80,8 @@ class SendQueue {
   size_t committed_ = 0;
   size_t head_offset_ = 0;  // bytes of iov_[head_] already sent
   size_t queued_bytes_ = 0;
-  bool blocked_ = false;     // waiting for EPOLLOUT
-  bool in_send_ = false;     // re-entrancy guard: callbacks may enqueue
+  bool blocked_ = false;  // waiting for EPOLLOUT
+  bool in_send_ = false;  // re-entrancy guard: callbacks may enqueue
   bool dead_ = false;
   std::vector<iovec> scratch_;  // the iovec array handed to sendmsg
   SendCounters counters_;

@@ -15,9 +15,10 @@ namespace {
 
 TEST(Bench, QuickSweepWritesJsonCsvAndPlots) {
   TempDir dir;
-  RunResult r = run_command({"/usr/bin/env", "python3", std::string(SENS_SOURCE_DIR) + "/bench/run.py",
-                             "--quick", "--sens", SENS_BINARY, "--out", dir.path()},
-                            240000);
+  RunResult r =
+      run_command({"/usr/bin/env", "python3", std::string(SENS_SOURCE_DIR) + "/bench/run.py",
+                   "--quick", "--sens", SENS_BINARY, "--out", dir.path()},
+                  240000);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
 
   std::ifstream in(dir.file("results.json"));

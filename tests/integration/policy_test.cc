@@ -21,9 +21,16 @@ struct Target {
   std::string start(const std::vector<std::string>& extra) {
     for (int attempt = 0; attempt < 5; ++attempt) {
       port = free_port();
-      std::vector<std::string> argv = {SENS_BINARY, "target", "--listen",
-                                       "127.0.0.1:" + std::to_string(port), "--discovery-port",
-                                       "0", "--ns", "ram:64M", "--stats-json", dir.file("stats.json")};
+      std::vector<std::string> argv = {SENS_BINARY,
+                                       "target",
+                                       "--listen",
+                                       "127.0.0.1:" + std::to_string(port),
+                                       "--discovery-port",
+                                       "0",
+                                       "--ns",
+                                       "ram:64M",
+                                       "--stats-json",
+                                       dir.file("stats.json")};
       argv.insert(argv.end(), extra.begin(), extra.end());
       if (!child.start(argv, dir.file("out"), dir.file("err"))) return "fork failed";
       if (child.wait_for_text(dir.file("out"), "listening on", 5000)) return "";
@@ -46,8 +53,8 @@ struct Target {
 };
 
 RunResult perf(const Target& t, const std::string& policy, const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {SENS_BINARY, "perf", "-r", t.trid(), "--coalesce", policy,
-                                   "--time", "0.4", "--size", "8M", "--verify", "-q"};
+  std::vector<std::string> argv = {SENS_BINARY, "perf", "-r",     t.trid(), "--coalesce", policy,
+                                   "--time",    "0.4",  "--size", "8M",     "--verify",   "-q"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return run_command(argv, 30000);
 }
@@ -89,8 +96,8 @@ TEST_P(PolicyTest, TinySocketBuffersLoseNoByte) {
   std::string policy = GetParam();
   Target t;
   ASSERT_EQ(t.start({"--coalesce", policy, "--sock-buf", "4096"}), "");
-  RunResult r = perf(t, policy, {"--rw", "randrw", "--bs", "128k", "--qd", "8", "--queues", "2",
-                                 "--data-digest"});
+  RunResult r = perf(
+      t, policy, {"--rw", "randrw", "--bs", "128k", "--qd", "8", "--queues", "2", "--data-digest"});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   nlohmann::json stats = t.stop();
   ASSERT_FALSE(stats.is_discarded());

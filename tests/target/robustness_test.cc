@@ -1,7 +1,9 @@
 // A host that stops reading, several namespaces, read-only namespaces.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "target_fixture.h"
 
@@ -31,9 +33,9 @@ TEST_F(TargetFixture, HostThatStopsReadingDoesNotStallOthers) {
   ASSERT_TRUE(a.io.send_bytes(stream));
   // B works while A's responses sit in the socket buffers.
   for (int i = 0; i < 8; ++i)
-    ASSERT_EQ(write_read(b.io, 4096 + uint64_t(i) * 256, i % 2 ? kInline : 65536, uint32_t(i),
-                         i % 2),
-              "");
+    ASSERT_EQ(
+        write_read(b.io, 4096 + uint64_t(i) * 256, i % 2 ? kInline : 65536, uint32_t(i), i % 2),
+        "");
   // A drains: every read complete and intact.
   std::vector<std::vector<uint8_t>> back(kN, std::vector<uint8_t>(kMaxIo));
   int done = 0;
@@ -56,6 +58,33 @@ TEST_F(TargetFixture, HostThatStopsReadingDoesNotStallOthers) {
   // The target did meet a full socket (the path this test is about).
   auto stats = target_->stats_json();
   EXPECT_GT(stats["flushes"].value("socket_full", 0), 0) << stats["flushes"].dump();
+}
+
+// A host that stops reading and then sends a malformed PDU: the C2HTermReq cannot leave (the
+// socket is full), so the target closes the connection anyway after its close deadline,
+// rather than holding it (and its buffers) for as long as the peer stays silent.
+TEST_F(TargetFixture, FatalErrorClosesEvenWhenTheTermReqCannotBeSent) {
+  Session a;
+  a.io.set_rcvbuf(32 * 1024);
+  ASSERT_EQ(a.open(port_, kNqn, 0, 0, /*io_sqsize=*/127), "");
+  std::vector<uint8_t> stream;
+  for (int i = 0; i < 96; ++i) {
+    auto sqe = nvme::make_io(nvme::io_op::kRead, 1, 0, kMaxIo / 512, Xfer::kTransport, kMaxIo);
+    sqe.cid = uint16_t(100 + i);
+    auto c = a.io.capsule_bytes(sqe);
+    stream.insert(stream.end(), c.begin(), c.end());
+  }
+  uint8_t bad[8] = {0x0A, 0, 24, 0, 24, 0, 0, 0};  // reserved PDU type
+  stream.insert(stream.end(), bad, bad + sizeof(bad));
+  stream.resize(stream.size() + 16, 0);
+  ASSERT_TRUE(a.io.send_bytes(stream));
+  auto open_connections = [&] { return target_->stats_json()["connections"].size(); };
+  EXPECT_EQ(open_connections(), 2u);  // admin + I/O queue
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (open_connections() == 2u && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The I/O queue is gone; its controller's admin queue may follow it or not.
+  EXPECT_LT(open_connections(), 2u) << "the connection with an unsendable TermReq stayed open";
 }
 
 class MultiNamespaceTest : public TargetFixture {
@@ -92,8 +121,10 @@ TEST_F(MultiNamespaceTest, EachNamespaceIsIdentifiedAndAddressed) {
     r = s.admin.exec(nvme::make_identify(0, nsid), nullptr, 0, &idn, sizeof(idn));
     ASSERT_TRUE(r.ok()) << r.describe();
     EXPECT_EQ(idn.nsze, sizes[nsid - 1] / 512) << "nsid " << nsid;
-    if (nsid == 1) first = idn;
-    else EXPECT_NE(std::memcmp(first.nguid, idn.nguid, 16), 0) << "NGUID of nsid " << nsid;
+    if (nsid == 1)
+      first = idn;
+    else
+      EXPECT_NE(std::memcmp(first.nguid, idn.nguid, 16), 0) << "NGUID of nsid " << nsid;
   }
   // nsid 3 is addressable and separate from nsid 1; the last block of nsid 3 exists, the
   // block after it does not.
@@ -145,8 +176,8 @@ TEST_F(ReadOnlyTest, WritesAreWriteProtected) {
   Result r = s.io.exec(nvme::make_io(nvme::io_op::kWrite, 1, 0, 8, Xfer::kInCapsule, 4096),
                        data.data(), 4096);
   EXPECT_EQ(r.status(), kWriteProtected) << "in-capsule write: " << r.describe();
-  r = s.io.exec(nvme::make_io(nvme::io_op::kWrite, 1, 0, 128, Xfer::kTransport, 65536),
-                data.data(), 65536);
+  r = s.io.exec(nvme::make_io(nvme::io_op::kWrite, 1, 0, 128, Xfer::kTransport, 65536), data.data(),
+                65536);
   EXPECT_EQ(r.status(), kWriteProtected) << "R2T write: " << r.describe();
   EXPECT_TRUE(r.r2ts.empty()) << "asked for data it will refuse";
   r = s.io.exec(nvme::make_io(nvme::io_op::kWriteZeroes, 1, 0, 8, Xfer::kTransport, 0));

@@ -104,8 +104,8 @@ TEST(PduReader, LargePayloadIsReadInPlace) {
   std::vector<uint8_t> d(200000);
   for (size_t i = 0; i < d.size(); ++i) d[i] = uint8_t(i * 7);
   pdu::HeaderSlot slot{};
-  pdu::build_data(slot.data, pdu::Type::kH2CData, 1, 0, 0, uint32_t(d.size()),
-                  pdu::flag::kDataLast, dg);
+  pdu::build_data(slot.data, pdu::Type::kH2CData, 1, 0, 0, uint32_t(d.size()), pdu::flag::kDataLast,
+                  dg);
   uint32_t hl = pdu::finish_header(slot, dg);
   uint32_t crc = crc32c(d.data(), d.size());
   r.set_max_plen(1 << 20);

@@ -112,8 +112,8 @@ TEST(SendQueue, TimerFlushesAPartialGroup) {
 // A tiny socket buffer forces partial sends: every byte must still arrive, in order, and
 // each PDU's completion must fire exactly once, after its last byte left.
 TEST(SendQueue, PartialSendsLoseNoByte) {
-  for (auto policy : {coalesce::Policy::kOff, coalesce::Policy::kUniform,
-                      coalesce::Policy::kSemantic}) {
+  for (auto policy :
+       {coalesce::Policy::kOff, coalesce::Policy::kUniform, coalesce::Policy::kSemantic}) {
     Reactor r;
     Owner o;
     Pair p(4096);
@@ -153,8 +153,8 @@ TEST(SendQueue, PartialSendsLoseNoByte) {
     ASSERT_EQ(got.size(), expect.size()) << coalesce::policy_name(policy);
     EXPECT_TRUE(got == expect) << coalesce::policy_name(policy);
     for (int i = 0; i < kPdus; ++i) ASSERT_EQ(sent[i], 1) << "pdu " << i;
-    EXPECT_GT(q.counters().eagain + q.scheduler().stats().flushes[size_t(
-                                        coalesce::FlushReason::kSocketFull)],
+    EXPECT_GT(q.counters().eagain +
+                  q.scheduler().stats().flushes[size_t(coalesce::FlushReason::kSocketFull)],
               0u)
         << "the tiny buffer should have filled";
     EXPECT_EQ(o.error, 0);
