@@ -492,6 +492,22 @@ void Connection::exec_admin(Command& c) {
   }
 }
 
+// Features a host may set and read back that need no action from a RAM-speed target.
+static bool settable_feature(uint8_t fid) {
+  switch (fid) {
+    case nvme::feature::kVolatileWriteCache:
+    case nvme::feature::kArbitration:
+    case nvme::feature::kPowerMgmt:
+    case nvme::feature::kTempThreshold:
+    case nvme::feature::kErrorRecovery:
+    case nvme::feature::kIrqCoalescing:
+    case nvme::feature::kWriteAtomicity:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Length of a controller-to-host transfer the SQE describes (a transport SGL).
 static bool data_in_length(const nvme::Sqe& sqe, uint32_t* len) {
   if (sqe.sgl.type != nvme::kSglTransportDataBlock) return false;
@@ -546,9 +562,7 @@ void Connection::exec_identify(Command& c) {
       id.maxcmd = uint16_t(cfg.queue_size);
       id.nn = uint32_t(sub->namespaces.size());
       id.oncs = (1u << 2) | (1u << 3);  // Dataset Management, Write Zeroes
-      bool vwc = false;
-      for (auto& ns : sub->namespaces) vwc |= ns->device->volatile_cache();
-      id.vwc = vwc ? 1 : 0;
+      id.vwc = sub->volatile_cache ? 1 : 0;
       id.sgls = (1u << 0) | (1u << 20);  // SGLs; offsets in in-capsule data blocks
       nvme::copy_padded(id.subnqn, sizeof(id.subnqn), sub->nqn, '\0');
       id.ioccsz = (64 + cfg.inline_data) / 16;
@@ -695,16 +709,8 @@ void Connection::exec_set_features(Command& c) {
       else
         ctx_.reactor.cancel(ka_timer_);
       return complete(c, st::kSuccess);
-    case nvme::feature::kVolatileWriteCache:
-    case nvme::feature::kArbitration:
-    case nvme::feature::kPowerMgmt:
-    case nvme::feature::kTempThreshold:
-    case nvme::feature::kErrorRecovery:
-    case nvme::feature::kIrqCoalescing:
-    case nvme::feature::kWriteAtomicity:
-      return complete(c, st::kSuccess);
-    default:
-      return complete(c, st::kInvalidField);
+    default:  // features with nothing to configure here are accepted and read back as 0
+      return complete(c, settable_feature(fid) ? st::kSuccess : st::kInvalidField);
   }
 }
 
@@ -712,28 +718,18 @@ void Connection::exec_get_features(Command& c) {
   uint8_t fid = uint8_t(c.sqe.cdw10 & 0xFF);
   switch (fid) {
     case nvme::feature::kNumQueues: {
-      uint32_t g =
-          ctrl_->io_queues_granted ? ctrl_->io_queues_granted - 1 : ctx_.config.max_io_queues - 1;
+      uint32_t granted = ctrl_->io_queues_granted;
+      uint32_t g = (granted ? granted : ctx_.config.max_io_queues) - 1;
       return complete(c, st::kSuccess, g | (g << 16));
     }
     case nvme::feature::kAsyncEventConfig:
       return complete(c, st::kSuccess, ctrl_->async_event_config);
     case nvme::feature::kKeepAliveTimer:
       return complete(c, st::kSuccess, ctrl_->kato_ms);
-    case nvme::feature::kVolatileWriteCache: {
-      bool vwc = false;
-      for (auto& ns : subsystem_->namespaces) vwc |= ns->device->volatile_cache();
-      return complete(c, st::kSuccess, vwc ? 1 : 0);
-    }
-    case nvme::feature::kArbitration:
-    case nvme::feature::kPowerMgmt:
-    case nvme::feature::kTempThreshold:
-    case nvme::feature::kErrorRecovery:
-    case nvme::feature::kIrqCoalescing:
-    case nvme::feature::kWriteAtomicity:
-      return complete(c, st::kSuccess, 0);
+    case nvme::feature::kVolatileWriteCache:
+      return complete(c, st::kSuccess, subsystem_->volatile_cache ? 1 : 0);
     default:
-      return complete(c, st::kInvalidField);
+      return complete(c, settable_feature(fid) ? st::kSuccess : st::kInvalidField, 0);
   }
 }
 

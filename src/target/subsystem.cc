@@ -78,6 +78,7 @@ std::string Registry::build(const TargetConfig& config) {
       ns->spec = spec;
       ns->block_shift = uint32_t(std::countr_zero(dev->block_size()));
       ns->blocks = dev->size() >> ns->block_shift;
+      sub->volatile_cache |= dev->volatile_cache();
       ns->device = std::move(dev);
       derive_id(sc.nqn + "/" + std::to_string(nsid), ns->nguid);
       derive_id(sc.nqn + "/uuid/" + std::to_string(nsid), ns->uuid);

@@ -31,6 +31,7 @@ class Subsystem {
   std::vector<std::unique_ptr<Namespace>> namespaces;  // index nsid - 1; fixed after start
   std::vector<std::string> allowed_hosts;              // empty: any host
   std::string serial;
+  bool volatile_cache = false;  // some namespace has a volatile write cache (Identify VWC)
 
   bool host_allowed(const std::string& hostnqn) const;
   Namespace* ns(uint32_t nsid) const {
