@@ -36,6 +36,7 @@ class Connection final : public EventHandler,
   const transport::RecvCounters& recv_counters() const { return reader_.counters(); }
   const transport::SendCounters& send_counters() const { return sendq_.counters(); }
   uint64_t commands() const { return commands_; }
+  uint32_t inflight_io() const { return inflight_io_; }
   // Whether the connection may be destroyed (closed and no device I/O in flight).
   bool reapable() const { return closed_ && inflight_io_ == 0 && !close_pending_; }
 

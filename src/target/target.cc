@@ -86,6 +86,12 @@ void ReactorContext::close_all(const char* why) {
   for (auto& [id, c] : conns_) c->close(why);
 }
 
+uint32_t ReactorContext::inflight_io() const {
+  uint32_t n = 0;
+  for (auto& [id, c] : conns_) n += c->inflight_io();
+  return n;
+}
+
 void ReactorContext::schedule_reap() {
   if (reap_scheduled_) return;
   reap_scheduled_ = true;
@@ -318,13 +324,19 @@ void Target::stop() {
     ReactorContext* c = ctx.get();
     c->reactor.post([c] { c->close_all("target stopping"); });
   }
-  // Give closing connections a moment to drain device I/O, then stop the loops.
+  // Device I/O in flight writes into connection buffers: let it complete (up to 5 s) before
+  // the loops stop and the buffers go.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (auto& ctx : ctxs_) {
-    auto done = std::make_shared<std::promise<void>>();
-    auto f = done->get_future();
     ReactorContext* c = ctx.get();
-    c->reactor.post([done] { done->set_value(); });
-    f.wait_for(std::chrono::seconds(2));
+    for (;;) {
+      auto owed = std::make_shared<std::promise<uint32_t>>();
+      auto f = owed->get_future();
+      c->reactor.post([c, owed] { owed->set_value(c->inflight_io()); });
+      bool answered = f.wait_until(deadline) == std::future_status::ready;
+      if (!answered || f.get() == 0 || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     c->reactor.stop();
   }
   for (auto& t : threads_) t.join();

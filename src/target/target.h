@@ -38,6 +38,8 @@ class ReactorContext {
   void adopt(int fd, std::string peer, uint16_t local_port);
   void close_connection(uint64_t id, const char* why);
   void close_all(const char* why);
+  // Device I/O still owed to this reactor's connections (open or closed).
+  uint32_t inflight_io() const;
   // Destroys closed connections whose device I/O has drained (deferred, never re-entrant).
   void schedule_reap();
   // Per-connection counters and this reactor's own (wake-ups, timers).
