@@ -367,7 +367,9 @@ void Queue::issue_h2c(uint16_t cid) {
     ++s.h2c_inflight;
     ++s.pending_sends;
     ++counters_.h2c_pdus;
-    send_->enqueue(iov, n, PduClass::kData, {&Queue::on_h2c_sent, this, cid});
+    // The host's counterpart of R2T: the target's write is stalled until this data arrives,
+    // so under the semantic policy it flushes early (c2 / Tc) like an R2T does.
+    send_->enqueue(iov, n, PduClass::kControl, {&Queue::on_h2c_sent, this, cid});
   }
 }
 

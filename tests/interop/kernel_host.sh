@@ -12,11 +12,13 @@ LINUXVM=${LINUXVM:-$(cd "$HERE/../../../shared/linuxvm" 2>/dev/null && pwd || tr
 
 WORK=$(mktemp -d)
 trap 'kill $TPID 2> /dev/null || true; wait 2> /dev/null || true; rm -rf "$WORK"' EXIT
-PORT=$((20000 + RANDOM % 20000))
-DPORT=$((PORT + 1))
 NQN=nqn.2026-11.dev.sens:interop
 DENY=nqn.2026-11.dev.sens:restricted
-cat > "$WORK/target.json" << EOF2
+# Random ports; a port someone else holds makes the target refuse to start: try others.
+for attempt in 1 2 3 4 5; do
+  PORT=$((20000 + RANDOM % 20000))
+  DPORT=$((PORT + 1))
+  cat > "$WORK/target.json" << EOF2
 {
   "listen": ["127.0.0.1:$PORT"],
   "discovery_port": $DPORT,
@@ -27,9 +29,18 @@ cat > "$WORK/target.json" << EOF2
   ]
 }
 EOF2
-"$SENS" target --config "$WORK/target.json" --stats-json "$WORK/stats.json" > "$WORK/target.log" 2>&1 &
-TPID=$!
-for _ in $(seq 50); do grep -q "listening on" "$WORK/target.log" && break; sleep 0.1; done
+  "$SENS" target --config "$WORK/target.json" --stats-json "$WORK/stats.json" > "$WORK/target.log" 2>&1 &
+  TPID=$!
+  for _ in $(seq 50); do
+    grep -q "listening on" "$WORK/target.log" && break
+    kill -0 $TPID 2> /dev/null || break
+    sleep 0.1
+  done
+  grep -q "listening on" "$WORK/target.log" && break
+  wait $TPID 2> /dev/null || true
+  TPID=
+  grep -q "cannot listen" "$WORK/target.log" || break
+done
 grep -q "listening on" "$WORK/target.log" || { cat "$WORK/target.log"; exit 1; }
 
 cd "$HERE"
