@@ -192,6 +192,8 @@ def main():
     L.append(f"Run {meta['date']} on {meta['cores']} cores ({meta['cpu']}), kernel {meta['kernel']}; "
              f"{meta['seconds_per_point']} s per point; target pinned to core 0, `sens perf` to core 1, "
              "both over 127.0.0.1, a fresh target per point.\n")
+    if meta.get("rerun"):
+        L.append(f"Re-measured: {meta['rerun']}.\n")
     if meta.get("idle"):
         L.append(f"Idle connections (`python3 bench/idle.py`): {meta['idle']}.\n")
     L.append(f"Regenerate everything here with `make bench` (or `{meta['command']}`); "
