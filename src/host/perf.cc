@@ -627,8 +627,8 @@ void Engine::report() {
     std::fprintf(out_, "syscalls per I/O: send %.3f recv %.3f epoll %.3f\n", double(send) / ios,
                  double(recv) / ios, double(polls) / ios);
     std::fprintf(out_,
-                 "coalesce %s: %llu PDUs in %llu send calls, %.2f PDUs/flush, R2T delay "
-                 "avg %.1f us\n",
+                 "coalesce %s: %llu PDUs in %llu send calls, %.2f PDUs/flush, H2CData "
+                 "queueing delay avg %.1f us\n",
                  coalesce::policy_name(o_.coalesce.policy), (unsigned long long)coalesce_.pdus_sent,
                  (unsigned long long)coalesce_.send_calls, coalesce_.pdus_per_flush.mean(),
                  coalesce_.r2t_delay_ns.mean() / 1e3);
