@@ -4,6 +4,7 @@
 
 #include "host/controller.h"
 #include "host/print.h"
+#include "tools/cli.h"
 #include "tools/command.h"
 #include "wire/nvme.h"
 
@@ -21,12 +22,7 @@ int discover_main(int argc, char** argv) {
   app.add_option("-q,--hostnqn", hostnqn, "host NQN (default: a generated uuid NQN)");
   app.add_flag("--hdr-digest", hdr_digest, "header digests");
   app.add_option("--timeout", timeout_ms, "connect and command timeout, ms")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   std::string err;
   std::string text = "traddr:" + addr + " trsvcid:" + std::to_string(port);
   if (!hostnqn.empty()) text += " hostnqn:" + hostnqn;

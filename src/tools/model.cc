@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "model/model.h"
+#include "tools/cli.h"
 #include "tools/command.h"
 
 namespace {
@@ -26,12 +27,7 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", in.seed, "simulation seed")->capture_default_str();
   app.add_flag("--json", json, "print one JSON object instead of the table");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;  // --help is not an error
-  }
+  if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   if (std::string err = sens::model::validate(in); !err.empty()) {
     std::fprintf(stderr, "sens model: %s\n", err.c_str());
     return 2;

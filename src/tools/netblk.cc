@@ -16,6 +16,7 @@
 #include "netblk/client.h"
 #include "netblk/server.h"
 #include "netblk/workload.h"
+#include "tools/cli.h"
 #include "tools/command.h"
 
 namespace {
@@ -478,12 +479,7 @@ int netblk_main(int argc, char** argv) {
   bench_cmd->add_option("--size", bench_size, "size of the region (default: to the end)");
   bench_cmd->add_flag("--json", bench_json, "as JSON");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   if (serve_cmd->parsed()) return serve(serve_args);
   if (info_cmd->parsed()) return info_command(info_args, info_json);
   if (read_cmd->parsed()) return read_command(read_args, read_offset, read_length, out_path);

@@ -5,6 +5,7 @@
 
 #include "common/units.h"
 #include "host/perf.h"
+#include "tools/cli.h"
 #include "tools/command.h"
 
 namespace {
@@ -57,12 +58,7 @@ int perf_main(int argc, char** argv) {
   app.add_option("--io-timeout", o.io_timeout_ms, "per-command timeout, ms")->capture_default_str();
   app.add_option("--connect-timeout", o.connect_timeout_ms, "ms")->capture_default_str();
   app.add_flag("-q,--quiet", quiet, "no progress line every second");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   o.progress = !quiet;
   o.rwmixread_given = app.count("--rwmixread") > 0;
   auto usage = [](const std::string& msg) {

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "target/target.h"
+#include "tools/cli.h"
 #include "tools/command.h"
 
 namespace sens::tools {
@@ -81,11 +82,7 @@ int run_target(int argc, char** argv) {
   app.add_flag("--dump-config", dump, "print the effective configuration as JSON and exit");
   app.add_flag("-v,--verbose", verbose, "log every connection");
   app.add_flag("-q,--quiet", quiet, "log errors only");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help is 0; every usage error is 2
-  }
+  if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   if (verbose) g_log_level = LogLevel::kDebug;
   if (quiet) g_log_level = LogLevel::kError;
 
