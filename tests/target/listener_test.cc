@@ -15,18 +15,6 @@ namespace {
 
 namespace st = nvme::status;
 
-uint16_t free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::string trimmed(const char* s, size_t n) {
   std::string t(s, strnlen(s, n));
   while (!t.empty() && t.back() == ' ') t.pop_back();
