@@ -1,7 +1,9 @@
 // `sens target`: serve namespaces over NVMe/TCP.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -183,6 +185,21 @@ int run_target(int argc, char** argv) {
   sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  // Each connection is a descriptor: ask for enough of them (the soft limit is often 1024).
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    rlim_t want = rlim_t(cfg.max_connections) + 256;  // listeners, io_uring, files, logs
+    if (nofile.rlim_cur < want) {
+      nofile.rlim_cur = std::min(want, nofile.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    if (nofile.rlim_cur < want)
+      LOG_WARN(
+          "only %llu file descriptors for --max-connections %u: past that, accepting "
+          "pauses until a connection closes",
+          static_cast<unsigned long long>(nofile.rlim_cur), cfg.max_connections);
+  }
 
   target::Target t(cfg);
   error = t.start();
