@@ -1,7 +1,9 @@
 // Regression tests for defects a production host met (issue 10): each failed before its fix.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "target_fixture.h"
@@ -139,6 +141,62 @@ TEST_F(TargetFixture, CommandEffectsLog) {
   EXPECT_EQ(page[256 + nvme::io_op::kRead], 1u);
   EXPECT_EQ(page[256 + nvme::io_op::kWrite], 3u) << "CSUPP | LBCC";
   EXPECT_EQ(page[256 + 0x7F], 0u);
+}
+
+// A Disconnect behind reads that fill the socket: its response still arrives (after the
+// data), and only then does the target close.
+TEST_F(TargetFixture, DisconnectResponseSurvivesAFullSocket) {
+  Session s;
+  s.io.set_rcvbuf(16 * 1024);
+  ASSERT_EQ(s.open(port_, kNqn, 0, 0, 127), "");
+  std::vector<uint8_t> stream;
+  for (int i = 0; i < 32; ++i) {
+    auto sqe = nvme::make_io(nvme::io_op::kRead, 1, 0, kMaxIo / 512, Xfer::kTransport, kMaxIo);
+    sqe.cid = uint16_t(10 + i);
+    auto c = s.io.capsule_bytes(sqe);
+    stream.insert(stream.end(), c.begin(), c.end());
+  }
+  auto disc = nvme::make_disconnect();
+  disc.cid = 99;
+  auto d = s.io.capsule_bytes(disc);
+  stream.insert(stream.end(), d.begin(), d.end());
+  ASSERT_TRUE(s.io.send_bytes(stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the target meets a full socket
+  int reads = 0;
+  bool disconnected = false;
+  for (;;) {
+    Pdu p;
+    RecvStatus st = s.io.recv_pdu(&p);
+    if (st != RecvStatus::kOk) break;
+    if (p.type() != uint8_t(pdu::Type::kCapsuleResp)) continue;
+    auto cqe = p.as<pdu::CapsuleResp>().cqe;
+    if (cqe.cid == 99) {
+      EXPECT_TRUE(cqe.ok());
+      disconnected = true;
+    } else {
+      ++reads;
+    }
+  }
+  EXPECT_TRUE(disconnected) << "the Disconnect response was lost";
+  EXPECT_EQ(reads, 32);
+}
+
+// The stats JSON says where each request of a queue is: an outstanding Asynchronous Event
+// Request shows as "aer".
+TEST_F(TargetFixture, StatsShowRequestStates) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  auto aer = nvme::make_async_event();
+  aer.cid = 500;
+  ASSERT_TRUE(s.admin.send_bytes(s.admin.capsule_bytes(aer)));
+  nlohmann::json stats;
+  for (int i = 0; i < 200; ++i) {
+    stats = target_->stats_json();
+    if (stats["reactors"][0]["requests"].value("aer", 0) == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(stats["reactors"][0]["requests"].value("aer", 0), 1) << stats["reactors"].dump();
+  EXPECT_EQ(stats["reactors"][0]["requests"].value("bad_transitions", 0), 0);
 }
 
 }  // namespace
