@@ -10,12 +10,17 @@ namespace sens::storage {
 
 enum class Op : uint8_t { kRead, kWrite, kFlush, kWriteZeroes, kDiscard };
 
+// Reads and writes move at most this many bytes (through the caller's buffer); zeroing and
+// discarding may cover any range of the device.
+inline constexpr uint64_t kMaxTransfer = UINT32_MAX;
+
 // One device I/O. Owned by the caller (preallocated per command slot); never allocated per I/O.
 struct Request {
   Op op = Op::kRead;
   bool fua = false;     // write through the device's volatile cache
   uint64_t offset = 0;  // bytes; a multiple of block_size()
-  uint32_t length = 0;  // bytes; a multiple of block_size() (0 for kFlush)
+  uint64_t length = 0;  // bytes; a multiple of block_size() (0 for kFlush); at most
+                        // kMaxTransfer for kRead and kWrite
   void* buf = nullptr;  // read destination / write source; aligned to 4096 for file devices
   int result = 0;       // set on completion: 0 or -errno
   void (*on_complete)(Request*) = nullptr;

@@ -234,26 +234,28 @@ class FileQueue final : public Queue {
     Request& r = *op->req;
     int fd = device_.fd();
     uint64_t offset = r.offset + op->done;
-    uint32_t remaining = uint32_t(r.length - op->done);
+    uint64_t remaining = r.length - op->done;  // reads and writes: at most kMaxTransfer
     switch (op->step) {
       case Step::kZeroFill:
-        io_uring_prep_write(sqe, fd, zero_region(), std::min<uint32_t>(remaining, kZeroRegionSize),
-                            offset);
+        io_uring_prep_write(sqe, fd, zero_region(),
+                            unsigned(std::min<uint64_t>(remaining, kZeroRegionSize)), offset);
         if (r.fua) sqe->rw_flags = RWF_DSYNC;
         break;
       case Step::kMain:
         switch (r.op) {
           case Op::kRead:
-            io_uring_prep_read(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done, remaining, offset);
+            io_uring_prep_read(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done,
+                               unsigned(remaining), offset);
             break;
           case Op::kWrite:
-            io_uring_prep_write(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done, remaining,
-                                offset);
+            io_uring_prep_write(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done,
+                                unsigned(remaining), offset);
             if (r.fua) sqe->rw_flags = RWF_DSYNC;
             break;
           case Op::kFlush:
             io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
             break;
+          // fallocate takes a 64-bit length (in sqe->addr): one entry for any range.
           case Op::kWriteZeroes:
             io_uring_prep_fallocate(sqe, fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
                                     off_t(r.offset), off_t(r.length));

@@ -4,6 +4,7 @@
 #include <linux/falloc.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -402,6 +403,46 @@ TEST(FileDevice, WriteZeroesFallsBackToWritingZeroes) {
     bool inside = i >= zero_offset && i < zero_offset + zero_length;
     ASSERT_EQ(buf[i], inside ? 0 : 0xcd) << "byte " << i;
   }
+}
+
+// Zeroing and discarding more than 4 GiB of a sparse 8 GiB file clear the whole range (a
+// Dataset Management range may cover 2^32 blocks), not its length modulo 4 GiB.
+void check_file_zeroing_past_4gib(Op op) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  TempFile file(8 * kGiB);
+  ASSERT_FALSE(file.path().empty());
+  if (op == Op::kWriteZeroes) {  // ZERO_RANGE allocates the range (as unwritten extents)
+    struct statvfs vfs;
+    ASSERT_EQ(statvfs(file.path().c_str(), &vfs), 0);
+    if (uint64_t(vfs.f_bavail) * vfs.f_frsize < 16 * kGiB)
+      GTEST_SKIP() << "less than 16 GiB free for zeroing 5 GiB of a file";
+  }
+  auto dev = open_or_fail(file.spec());
+  ASSERT_NE(dev, nullptr);
+  auto q = dev->make_queue(4);
+  auto buf = aligned_buffer(4096);
+  const uint64_t marks[] = {0, 4 * kGiB + kGiB / 2, 5 * kGiB - 4096, 5 * kGiB};
+  for (uint64_t at : marks) {
+    std::memset(buf.get(), 0xab, 4096);
+    ASSERT_EQ(run_io(*q, Op::kWrite, at, 4096, buf.get()), 0) << at;
+  }
+  ASSERT_EQ(run_io(*q, op, 0, 5 * kGiB, nullptr), 0);
+  for (uint64_t at : marks) {
+    std::memset(buf.get(), 0x11, 4096);
+    ASSERT_EQ(run_io(*q, Op::kRead, at, 4096, buf.get()), 0);
+    uint8_t want = at < 5 * kGiB ? 0 : 0xab;  // the block just past the range is untouched
+    for (int i = 0; i < 4096; ++i) ASSERT_EQ(buf[i], want) << "at " << at << " byte " << i;
+  }
+  struct stat st;
+  ASSERT_EQ(::stat(file.path().c_str(), &st), 0);
+  EXPECT_EQ(uint64_t(st.st_size), 8 * kGiB);  // KEEP_SIZE
+}
+
+TEST(FileDevice, DiscardPast4GiB) {
+  check_file_zeroing_past_4gib(Op::kDiscard);
+}
+TEST(FileDevice, WriteZeroesPast4GiB) {
+  check_file_zeroing_past_4gib(Op::kWriteZeroes);
 }
 
 // A read that runs into the end of a file that shrank underneath must fail, not return a
