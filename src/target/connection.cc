@@ -808,7 +808,7 @@ void Connection::exec_io(Command& c) {
   c.offset = slba << ns->block_shift;
   uint64_t len = nlb << ns->block_shift;
   if (op == nvme::io_op::kWriteZeroes) {
-    submit_device(c, storage::Op::kWriteZeroes, c.offset, uint32_t(len), nullptr);
+    submit_device(c, storage::Op::kWriteZeroes, c.offset, len, nullptr);
     return;
   }
   if (len > ctx_.config.max_io) return complete(c, st::kInvalidField);
@@ -857,7 +857,7 @@ void Connection::dsm_step(Command& c) {
     if (r.slba >= c.ns->blocks || r.nlb > c.ns->blocks - r.slba)
       return complete(c, st::kLbaOutOfRange);
     submit_device(c, storage::Op::kDiscard, r.slba << c.ns->block_shift,
-                  uint32_t(uint64_t(r.nlb) << c.ns->block_shift), nullptr);
+                  uint64_t(r.nlb) << c.ns->block_shift, nullptr);
     return;  // device_done() continues the walk
   }
   complete(c, st::kSuccess);
@@ -871,7 +871,7 @@ void Connection::flush_step(Command& c) {
   submit_device(c, storage::Op::kFlush, 0, 0, nullptr);
 }
 
-void Connection::submit_device(Command& c, storage::Op op, uint64_t offset, uint32_t len,
+void Connection::submit_device(Command& c, storage::Op op, uint64_t offset, uint64_t len,
                                void* buf) {
   c.state = SlotState::kExec;
   c.io.op = op;

@@ -93,7 +93,7 @@ class Connection final : public EventHandler,
   void start_io(Command& c);  // after the data of a write has arrived
   void dsm_step(Command& c);
   void flush_step(Command& c);
-  void submit_device(Command& c, storage::Op op, uint64_t offset, uint32_t len, void* buf);
+  void submit_device(Command& c, storage::Op op, uint64_t offset, uint64_t len, void* buf);
   static void on_device_done(storage::Request* req);
   void device_done(Command& c);
 
