@@ -17,7 +17,7 @@ inline constexpr uint64_t kMaxTransfer = UINT32_MAX;
 // One device I/O. Owned by the caller (preallocated per command slot); never allocated per I/O.
 struct Request {
   Op op = Op::kRead;
-  bool fua = false;     // write through the device's volatile cache
+  bool fua = false;     // kWrite, kWriteZeroes: durable (past any volatile cache) on completion
   uint64_t offset = 0;  // bytes; a multiple of block_size()
   uint64_t length = 0;  // bytes; a multiple of block_size() (0 for kFlush); at most
                         // kMaxTransfer for kRead and kWrite
@@ -73,6 +73,9 @@ class Device {
   virtual std::string describe() const = 0;  // "ram 1 GiB", "file /dev/sdb (512 B blocks)"
   // Whether the device has a volatile write cache (so FLUSH/FUA matter).
   virtual bool volatile_cache() const { return false; }
+  // Whether a block reads as zeroes after kDiscard, always (what NVMe's DLFEAT reports). When
+  // false, a discarded block may read as its old data or anything else.
+  virtual bool discard_zeroes() const { return false; }
 
   // A queue for one thread, with up to `depth` requests in the device at once (more wait).
   virtual std::unique_ptr<Queue> make_queue(unsigned depth) = 0;
@@ -85,7 +88,8 @@ class Device {
     return nullptr;
   }
 
-  // Makes every completed write durable (at shutdown). Returns 0 or -errno.
+  // Makes every completed write, zeroing and discard durable (at shutdown, CC.SHN): fdatasync
+  // for files. Returns 0 or -errno.
   virtual int sync() { return 0; }
 };
 

@@ -43,6 +43,12 @@ class FileDevice final : public Device {
   uint32_t block_size() const override { return block_size_; }
   bool read_only() const override { return read_only_; }
   bool volatile_cache() const override { return true; }
+  // A regular file's discard is FALLOC_FL_PUNCH_HOLE, and a hole reads as zeroes (where the
+  // filesystem cannot punch holes, the range is written with zeroes instead). A block device
+  // turns PUNCH_HOLE into Write Zeroes with unmap when the hardware has that command, but
+  // when it does not the discard does nothing (the blocks keep their data, which is allowed and
+  // far cheaper than writing zeroes), and which of the two happens is not known up front.
+  bool discard_zeroes() const override { return !is_block_device_; }
   std::string describe() const override {
     std::string text = "file " + path_ + " (" + format_size(size_) + ", " +
                        std::to_string(block_size_) + " B blocks";
@@ -177,6 +183,7 @@ class FileQueue final : public Queue {
   enum class Step : uint8_t {
     kMain,      // the request's own operation
     kZeroFill,  // zeroing by writes, where the filesystem cannot zero a range
+    kSync,      // fdatasync after a FUA Write Zeroes, so the zeroes are durable on completion
   };
 
   struct Operation {
@@ -241,6 +248,9 @@ class FileQueue final : public Queue {
                             unsigned(std::min<uint64_t>(remaining, kZeroRegionSize)), offset);
         if (r.fua) sqe->rw_flags = RWF_DSYNC;
         break;
+      case Step::kSync:
+        io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+        break;
       case Step::kMain:
         switch (r.op) {
           case Op::kRead:
@@ -289,6 +299,15 @@ class FileQueue final : public Queue {
         return 0;
       }
       return finish(op, 0);
+    }
+    if (op->step != Step::kMain) return finish(op, res);  // kSync
+    if (res == 0 && r.op == Op::kWriteZeroes && r.fua) {
+      // fallocate's zeroes may still be only in the filesystem's unwritten metadata or in the
+      // device's volatile cache: the fdatasync that follows makes them durable. The zero-fill
+      // fallback below needs none, its writes are RWF_DSYNC.
+      op->step = Step::kSync;
+      prepare(op);
+      return 0;
     }
     if (res == -EOPNOTSUPP && (r.op == Op::kWriteZeroes || r.op == Op::kDiscard)) {
       // Discarded blocks of a block device may read as anything, so nothing more is owed.

@@ -59,6 +59,7 @@ TEST(FileDevice, OpenSizeDescribe) {
   EXPECT_EQ(dev->size(), kFileSize);
   EXPECT_EQ(dev->block_size(), 4096u);
   EXPECT_TRUE(dev->volatile_cache());
+  EXPECT_TRUE(dev->discard_zeroes());  // a punched hole reads as zeroes
   EXPECT_EQ(dev->describe(), "file " + file.path() + " (16 MiB, 4096 B blocks)");
   EXPECT_EQ(dev->mapped(0, 4096), nullptr);  // reads go through the queue
   auto q = dev->make_queue(8);
@@ -346,7 +347,7 @@ TEST(FileDevice, BatchOf64WithOneKick) {
   EXPECT_EQ(::poll(&pfd, 1, 0), 0);
 }
 
-void check_file_zeroing(Op op) {
+void check_file_zeroing(Op op, bool fua = false) {
   TempFile file(kFileSize);
   auto dev = open_or_fail(file.spec());
   ASSERT_NE(dev, nullptr);
@@ -355,13 +356,16 @@ void check_file_zeroing(Op op) {
   auto buf = aligned_buffer(kRegion);
   std::memset(buf.get(), 0xab, kRegion);
   ASSERT_EQ(run_io(*q, Op::kWrite, 0, kRegion, buf.get()), 0);
-  ASSERT_EQ(run_io(*q, op, 3 * 4096, 20 * 4096, nullptr), 0);
+  ASSERT_EQ(run_io(*q, op, 3 * 4096, 20 * 4096, nullptr, fua), 0);
   std::memset(buf.get(), 0x11, kRegion);
   ASSERT_EQ(run_io(*q, Op::kRead, 0, kRegion, buf.get()), 0);
   for (uint32_t i = 0; i < kRegion; ++i) {
     bool inside = i >= 3 * 4096 && i < 23 * 4096;
     ASSERT_EQ(buf[i], inside ? 0 : 0xab) << "byte " << i;
   }
+  EXPECT_EQ(q->inflight(), 0u);
+  EXPECT_EQ(dev->sync(), 0);
+  q.reset();
   dev.reset();
   std::vector<uint8_t> data = read_whole_file(file.path());
   ASSERT_EQ(data.size(), kFileSize);  // KEEP_SIZE: the file does not shrink
@@ -374,6 +378,10 @@ TEST(FileDevice, WriteZeroesClearsRangeOnly) {
 }
 TEST(FileDevice, DiscardClearsRangeOnly) {
   check_file_zeroing(Op::kDiscard);
+}
+// FUA Write Zeroes: the fallocate is followed by an fdatasync before completion.
+TEST(FileDevice, WriteZeroesWithFuaClearsRangeOnly) {
+  check_file_zeroing(Op::kWriteZeroes, /*fua=*/true);
 }
 
 // tmpfs cannot zero a range (FALLOC_FL_ZERO_RANGE is EOPNOTSUPP there), so write zeroes falls
@@ -396,11 +404,15 @@ TEST(FileDevice, WriteZeroesFallsBackToWritingZeroes) {
   std::memset(buf.get(), 0xcd, kSize);
   ASSERT_EQ(run_io(*q, Op::kWrite, 0, uint32_t(kSize), buf.get()), 0);
   const uint64_t zero_offset = 4096, zero_length = (5 << 20) + 8192;  // three zero-region steps
-  ASSERT_EQ(run_io(*q, Op::kWriteZeroes, zero_offset, uint32_t(zero_length), nullptr), 0);
+  ASSERT_EQ(run_io(*q, Op::kWriteZeroes, zero_offset, zero_length, nullptr), 0);
+  // With FUA the zero-region writes are RWF_DSYNC.
+  const uint64_t fua_offset = 7 << 20, fua_length = 12288;
+  ASSERT_EQ(run_io(*q, Op::kWriteZeroes, fua_offset, fua_length, nullptr, /*fua=*/true), 0);
   std::memset(buf.get(), 0x11, kSize);
   ASSERT_EQ(run_io(*q, Op::kRead, 0, uint32_t(kSize), buf.get()), 0);
   for (uint64_t i = 0; i < kSize; ++i) {
-    bool inside = i >= zero_offset && i < zero_offset + zero_length;
+    bool inside = (i >= zero_offset && i < zero_offset + zero_length) ||
+                  (i >= fua_offset && i < fua_offset + fua_length);
     ASSERT_EQ(buf[i], inside ? 0 : 0xcd) << "byte " << i;
   }
 }

@@ -83,6 +83,7 @@ TEST(RamDevice, OpenSizeDescribe) {
   EXPECT_FALSE(dev->read_only());
   EXPECT_FALSE(dev->volatile_cache());
   EXPECT_EQ(dev->sync(), 0);
+  EXPECT_TRUE(dev->discard_zeroes());
   // Untouched memory reads as zeroes, straight from the mapping.
   const uint8_t* bytes = dev->mapped(0, 4096);
   ASSERT_NE(bytes, nullptr);
@@ -247,6 +248,8 @@ TEST(NullDevice, DiscardsWritesAndReadsZeroes) {
   EXPECT_EQ(dev->size(), 1ull << 30);
   EXPECT_EQ(dev->block_size(), 512u);
   EXPECT_EQ(dev->describe(), "null 1 GiB");
+  EXPECT_TRUE(dev->discard_zeroes());  // every read is zeroes
+  EXPECT_EQ(dev->sync(), 0);
   auto q = dev->make_queue(4);
   std::vector<uint8_t> buf(4096, 0x77);
   ASSERT_EQ(run_io(*q, Op::kWrite, 8192, 4096, buf.data()), 0);
