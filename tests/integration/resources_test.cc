@@ -144,7 +144,8 @@ TEST(Resources, OutOfDescriptorsPausesAccepting) {
     int fd = idle_connection(t.port);  // the backlog takes them even when accept() cannot
     if (fd >= 0) fds.push_back(fd);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let it hit EMFILE
+  ASSERT_TRUE(t.child.wait_for_text(t.dir.file("err"), "Too many open files", 5000))
+      << read_file(t.dir.file("err"));
   double cpu0 = t.cpu_seconds();
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the window we measure
   double cpu = t.cpu_seconds() - cpu0;

@@ -44,6 +44,12 @@ int torn_blocks(const std::vector<uint8_t>& buf) {
   return torn;
 }
 
+// Requests of the target whose data or response is queued to go out.
+int queued_pdus(target::Target& t) {
+  auto j = t.stats_json()["reactors"][0]["requests"];
+  return j.value("sending_data", 0) + j.value("sending_response", 0);
+}
+
 class FullSocketTest : public TargetFixture {
  protected:
   target::TargetConfig config() override {
@@ -81,7 +87,10 @@ TEST_F(FullSocketTest, HalfSentReadIsNotChangedByALaterWrite) {
       bytes.insert(bytes.end(), b.begin(), b.end());
     }
     ASSERT_TRUE(s.io.send_bytes(bytes));
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the writes land meanwhile
+    // Wait until all 17 commands have executed (their PDUs queued behind the stuck data), so
+    // the writes have landed while the read's data is still on its way.
+    for (int i = 0; i < 2000 && queued_pdus(*target_) < 17; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::vector<uint8_t> got(kMaxIo);
     int responses = 0;
     while (responses < 17) {

@@ -161,13 +161,25 @@ TEST_F(TargetFixture, DisconnectResponseSurvivesAFullSocket) {
   auto d = s.io.capsule_bytes(disc);
   stream.insert(stream.end(), d.begin(), d.end());
   ASSERT_TRUE(s.io.send_bytes(stream));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the target meets a full socket
+  // Until the target has taken all 33 commands: the Disconnect's response is then queued
+  // behind data the socket cannot take yet.
+  auto taken = [&] {
+    nlohmann::json stats = target_->stats_json();
+    for (auto& c : stats["connections"])
+      if (c.value("qid", 0) == 1) return c.value("commands", 0);
+    return 0;
+  };
+  for (int i = 0; i < 1000 && taken() < 34; ++i)  // Connect + 33
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   int reads = 0;
   bool disconnected = false;
   for (;;) {
     Pdu p;
     RecvStatus st = s.io.recv_pdu(&p);
-    if (st != RecvStatus::kOk) break;
+    if (st != RecvStatus::kOk) {
+      if (!disconnected) ADD_FAILURE() << "after " << reads << " reads: " << s.io.last_error();
+      break;
+    }
     if (p.type() != uint8_t(pdu::Type::kCapsuleResp)) continue;
     auto cqe = p.as<pdu::CapsuleResp>().cqe;
     if (cqe.cid == 99) {
@@ -219,8 +231,8 @@ TEST_F(BigRamTest, DeallocateBeyond4GiB) {
   ASSERT_EQ(write_read(s.io, at_5, 4096, 2, true), "");
   std::vector<uint8_t> back(4096);
   auto read = [&](uint64_t slba) {
-    return s.io.exec(nvme::make_io(nvme::io_op::kRead, 1, slba, 8, Xfer::kTransport, 4096),
-                     nullptr, 0, back.data(), 4096);
+    return s.io.exec(nvme::make_io(nvme::io_op::kRead, 1, slba, 8, Xfer::kTransport, 4096), nullptr,
+                     0, back.data(), 4096);
   };
   nvme::DsmRange four{0, uint32_t(4 * kGiB / 512), 0};
   Result d = s.io.exec(nvme::make_dsm_deallocate(1, 1, Xfer::kInCapsule), &four, sizeof(four));
