@@ -182,5 +182,38 @@ TEST_F(TwoReactorAtomicityTest, ReadsAndWritesOnTwoReactorsNeverTearABlock) {
   EXPECT_EQ(torn.load(), 0) << "torn blocks in " << ios.load() << " I/Os";
 }
 
+// An I/O queue's Connect racing its admin queue's close (on the other reactor) either fails or
+// leaves a queue that is closed with its controller: never an orphan that stays open.
+TEST_F(TwoReactorAtomicityTest, IoConnectRacingAdminCloseLeavesNoOrphan) {
+  int refused = 0, closed = 0;
+  for (int round = 0; round < 60; ++round) {
+    RawClient admin, io;
+    ASSERT_TRUE(admin.connect(port_));
+    ASSERT_TRUE(admin.ic(0));
+    Result r = admin.connect_queue(0, kNqn);
+    ASSERT_TRUE(r.ok()) << r.describe();
+    uint16_t cntlid = uint16_t(r.cqe.dw0);
+    ASSERT_TRUE(admin.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
+    ASSERT_TRUE(io.connect(port_));
+    ASSERT_TRUE(io.ic(0));
+    auto sqe = nvme::make_connect(1, 31, 0);
+    sqe.cid = 1;
+    auto data = RawClient::connect_data(kNqn, kHostNqn, cntlid);
+    ASSERT_TRUE(io.send_bytes(io.capsule_bytes(sqe, data.data(), uint32_t(data.size()))));
+    if (round % 3) std::this_thread::sleep_for(std::chrono::microseconds(round * 7));  // skew
+    admin.close();
+    Result c = io.await(1, nullptr, 0, nullptr, 0, 2000);
+    if (!c.ok()) {
+      ++refused;
+      continue;
+    }
+    EXPECT_TRUE(io.wait_closed(3000))
+        << "round " << round << ": an I/O queue outlived its admin queue";
+    ++closed;
+  }
+  RecordProperty("refused", refused);
+  RecordProperty("closed_with_controller", closed);
+}
+
 }  // namespace
 }  // namespace sens::testing
