@@ -40,6 +40,8 @@ ReactorContext::ReactorContext(Target& t, int index)
       config(t.config()),
       pool(t.config().buffer_pool,
            std::max({t.config().max_io, kAdminDataMax, uint32_t(64 * 1024)})),
+      inline_pool(std::max<uint64_t>(t.config().buffer_pool / 8, 1 << 20),
+                  std::max(t.config().inline_data, kAdminDataMax)),
       next_id_(uint64_t(index) << 48) {}
 
 ReactorContext::~ReactorContext() {
@@ -153,6 +155,8 @@ nlohmann::json ReactorContext::stats_json() {
                       {"gets", ps.gets},
                       {"waits", ps.waits},
                       {"waiting", ps.waiting},
+                      {"inline_allocated_bytes", inline_pool.stats().allocated_bytes},
+                      {"inline_waits", inline_pool.stats().waits},
                       {"reader_holds", holds}};
   j["wakeups"] = reactor.stats().wakeups;
   j["timers_fired"] = reactor.stats().timers_fired;

@@ -32,7 +32,12 @@ class ReactorContext {
   const TargetConfig& config;
 
   // I/O buffers of this thread's queues: bounded, shared, recycled.
+  // In-capsule data has its own pool: a capsule waiting for a buffer stops its connection's
+  // reader, and the H2CData that requests holding general buffers wait for may be behind it.
+  // Were they one pool, those requests could hold every buffer and wait forever; in-capsule
+  // buffers always come back without anything more from the host.
   BufferPool pool;
+  BufferPool inline_pool;
 
   // This thread's submission queue for a namespace's device.
   storage::Queue* queue_for(const Namespace* ns);

@@ -41,6 +41,7 @@ TcpQueue::TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint)
       reader_(pdu::Receiver::kController, *this, kSetupStaging),
       sendq_(ctx.reactor, ctx.config.coalesce, *this),
       pool_(ctx.pool),
+      inline_pool_(ctx.inline_pool),
       ka_timer_([this] { on_keep_alive_timer(); }),
       setup_timer_([this] { on_setup_timer(); }) {
   sendq_.set_fd(fd_);
@@ -59,11 +60,11 @@ TcpQueue::TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint)
 
 TcpQueue::~TcpQueue() {
   if (!closed_) close("destroyed");
-  pool_.cancel(&reader_waiter_);
-  pool_.put(held_buf_, held_bytes_);
+  inline_pool_.cancel(&reader_waiter_);
+  inline_pool_.put(held_buf_, held_bytes_);
   for (auto& s : slots_) {
     pool_.cancel(s.get());
-    pool_.put(s->req.buf, s->req.buf_bytes);
+    give_back_buffer(s->req);
   }
 }
 
@@ -125,15 +126,12 @@ void TcpQueue::close(const char* why) {
   fd_ = -1;
   ctx_.target.connection_closed();
   // Buffers come back now, except those device I/O still writes into (device_done frees them).
-  pool_.cancel(&reader_waiter_);
-  pool_.put(held_buf_, held_bytes_);
+  inline_pool_.cancel(&reader_waiter_);
+  inline_pool_.put(held_buf_, held_bytes_);
   held_buf_ = nullptr;
   for (auto& s : slots_) {
     pool_.cancel(s.get());
-    if (s->req.state != S::kWaitingDevice) {
-      pool_.put(s->req.buf, s->req.buf_bytes);
-      s->req.buf = nullptr;
-    }
+    if (s->req.state != S::kWaitingDevice) give_back_buffer(s->req);
   }
   if (ctrl_) {
     if (qid_ == 0) {
@@ -279,11 +277,11 @@ bool TcpQueue::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& lay
       if (held_buf_) {
         buf = held_buf_, buf_bytes = held_bytes_;
         held_buf_ = nullptr;
-      } else if ((buf = pool_.get(layout.data_len)) != nullptr) {
+      } else if ((buf = inline_pool_.get(layout.data_len)) != nullptr) {
         buf_bytes = layout.data_len;
       } else {
         reader_waiter_.bytes = layout.data_len;
-        pool_.wait(&reader_waiter_);
+        inline_pool_.wait(&reader_waiter_);
         if (!reader_ready_) {
           reader_.hold();
           return true;
@@ -300,6 +298,7 @@ bool TcpQueue::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& lay
   r.sqe = cmd.sqe;
   r.buf = buf;
   r.buf_bytes = buf_bytes;
+  r.buf_inline = buf != nullptr;
   r.xfer_len = 0;
   r.received = 0;
   r.pending_status = pending;
@@ -435,11 +434,16 @@ void TcpQueue::on_resp_sent(void* ctx, uint64_t index) {
   self->release(self->slots_[index]->req);
 }
 
+void TcpQueue::give_back_buffer(Request& r) {
+  (r.buf_inline ? inline_pool_ : pool_).put(r.buf, r.buf_bytes);
+  r.buf = nullptr;
+  r.buf_inline = false;
+}
+
 void TcpQueue::release(Request& r) {
   if (r.owns_cid) set_cid(r.sqe.cid, false);
   r.owns_cid = false;
-  pool_.put(r.buf, r.buf_bytes);
-  r.buf = nullptr;
+  give_back_buffer(r);
   r.buf_bytes = 0;
   states_.advance(r, S::kFree);
   free_.push_back(r.index);

@@ -96,7 +96,8 @@ class TcpQueue final : public CommandQueue,
   void obtain_buffer(Request& r);  // NEED_BUFFER
   void have_buffer(Request& r);    // -> AWAITING_H2C or READY
   void execute(Request& r);        // READY -> EXECUTING
-  void release(Request& r);        // -> FREE
+  void release(Request& r);
+  void give_back_buffer(Request& r);  // -> FREE
   static void on_slot_buffer(BufferPool::Waiter* w);
   static void on_reader_buffer(BufferPool::Waiter* w);
   void schedule_resume();
@@ -128,7 +129,8 @@ class TcpQueue final : public CommandQueue,
   bool sqflow_disabled_ = false;
   transport::PduReader reader_;
   transport::SendQueue sendq_;
-  BufferPool& pool_;
+  BufferPool& pool_;         // reads, R2T data, admin pages
+  BufferPool& inline_pool_;  // in-capsule data (see ReactorContext::inline_pool)
 
   std::vector<std::unique_ptr<Slot>> slots_;  // grown on demand up to sq_entries_
   std::vector<uint16_t> free_;

@@ -49,8 +49,7 @@ void TcpQueue::start(Request& r) {
   if (plan.status != st::kSuccess) return complete(r, plan.status, plan.result);
   r.fetch = plan.fetch && !r.in_capsule;  // in-capsule data is there already
   if (plan.buffer_bytes > r.buf_bytes) {
-    pool_.put(r.buf, r.buf_bytes);
-    r.buf = nullptr;
+    give_back_buffer(r);
     r.buf_bytes = plan.buffer_bytes;
     states_.advance(r, S::kNeedBuffer);
     return obtain_buffer(r);
@@ -143,8 +142,7 @@ void TcpQueue::device_done(Request& r) {
   --inflight_io_;
   states_.advance(r, S::kExecuting);
   if (closed_) {
-    pool_.put(r.buf, r.buf_bytes);
-    r.buf = nullptr;
+    give_back_buffer(r);
     if (reapable()) ctx_.on_queue_closed();
     return;
   }

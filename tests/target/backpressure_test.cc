@@ -132,5 +132,62 @@ TEST_F(SmallPoolTest, CommandsWaitForBuffersAndAllComplete) {
   EXPECT_EQ(pool.value("in_use_bytes", uint64_t(1)), 0u) << pool.dump();
 }
 
+// R2T writes hold every general buffer while their data is on the way; in-capsule writes sent
+// before that data must still get buffers (their own pool), or the reader would stop in front
+// of the very H2CData that frees the pool: a deadlock.
+TEST_F(SmallPoolTest, InCapsuleWritesDoNotDeadlockBehindR2TWrites) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn, 0, 0, /*io_sqsize=*/127), "");
+  constexpr int kBig = 4, kSmall = 8;
+  auto big = pattern(kMaxIo, 41);
+  auto small = pattern(kInline, 42);
+  std::vector<uint8_t> stream;
+  for (int i = 0; i < kBig; ++i) {
+    auto sqe = nvme::make_io(nvme::io_op::kWrite, 1, uint64_t(i) * (kMaxIo / 512), kMaxIo / 512,
+                             Xfer::kTransport, kMaxIo);
+    sqe.cid = uint16_t(3000 + i);
+    auto c = s.io.capsule_bytes(sqe);
+    stream.insert(stream.end(), c.begin(), c.end());
+  }
+  for (int i = 0; i < kSmall; ++i) {
+    auto sqe = nvme::make_io(nvme::io_op::kWrite, 1, 8192 + uint64_t(i) * (kInline / 512),
+                             kInline / 512, Xfer::kInCapsule, kInline);
+    sqe.cid = uint16_t(4000 + i);
+    auto c = s.io.capsule_bytes(sqe, small.data(), kInline);
+    stream.insert(stream.end(), c.begin(), c.end());
+  }
+  ASSERT_TRUE(s.io.send_bytes(stream));
+  int responses = 0, r2ts = 0;
+  while (responses < kBig + kSmall) {
+    Pdu p;
+    ASSERT_EQ(s.io.recv_pdu(&p, 5000), RecvStatus::kOk)
+        << s.io.last_error() << " after " << responses << " responses, " << r2ts << " R2Ts";
+    if (p.type() == uint8_t(pdu::Type::kR2T)) {
+      auto r2t = p.as<pdu::R2T>();
+      ++r2ts;
+      std::vector<uint8_t> data;
+      for (uint32_t off = 0; off < r2t.r2tl; off += kMaxH2C) {
+        uint32_t n = std::min(kMaxH2C, r2t.r2tl - off);
+        auto h = s.io.h2c_bytes(r2t.cccid, r2t.ttag, r2t.r2to + off, big.data() + r2t.r2to + off, n,
+                                off + n == r2t.r2tl);
+        data.insert(data.end(), h.begin(), h.end());
+      }
+      ASSERT_TRUE(s.io.send_bytes(data));
+      continue;
+    }
+    ASSERT_EQ(p.type(), uint8_t(pdu::Type::kCapsuleResp));
+    auto cqe = p.as<pdu::CapsuleResp>().cqe;
+    EXPECT_TRUE(cqe.ok()) << "cid " << cqe.cid;
+    ++responses;
+  }
+  EXPECT_EQ(r2ts, kBig);
+  std::vector<uint8_t> got(kMaxIo);
+  Result r = s.io.exec(nvme::make_io(nvme::io_op::kRead, 1, 3 * (kMaxIo / 512), kMaxIo / 512,
+                                     Xfer::kTransport, kMaxIo),
+                       nullptr, 0, got.data(), kMaxIo);
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(first_difference(big, got), -1);
+}
+
 }  // namespace
 }  // namespace sens::testing
