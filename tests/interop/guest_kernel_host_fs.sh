@@ -147,11 +147,12 @@ restart_steps() {
   rc=$?
   echo "$CTRL: $(ctrl_state) $(awk -v a="$t0" -v b="$(up)" 'BEGIN { printf "%.1f s", b - a }') after the target's restart"
   step restart-reconnected $rc
-  # Expected while the target is gone: error recovery, failed reconnects, failed sends on the
-  # dead socket, and the relay's (socat's) own error message, which the harness's user-mode
-  # network delivers into the guest's stream ("2026/..." read as PDU type 50).
+  # Expected while the target is gone: error recovery, a keep-alive cut short, failed
+  # reconnects, failed sends on the dead socket, and the relay's (socat's) own error
+  # message, which the harness's user-mode network puts into the guest's stream ("2026/...",
+  # read as PDU type 50).
   dmesg | tail -n +$((d0 + 1)) | grep -E "$DMESG_ERRORS" |
-    grep -E "nvme $CTRL: (starting error recovery|receive failed: +-22|unsupported pdu type \(50\)|failed to send request -(32|104)|failed to connect socket|Failed reconnect)" \
+    grep -E "nvme $CTRL: (starting error recovery|failed nvme_keep_alive_end_io error=|receive failed: +-22|unsupported pdu type \(50\)|failed to send request -(32|104)|failed to connect socket|Failed reconnect)" \
       >> /tmp/dmesg.allowed
   dmesg | tail -n +$((d0 + 1)) | grep "$CTRL"
   wait $fpid
