@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-NQN = "nqn.2026-11.dev.sens:ram0"
+NQN = "nqn.2026-11.io.sens-target:ram0"
 HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:5ee0c0a5-0000-4000-8000-000000000001"
 
 

@@ -18,7 +18,7 @@ for policy in off uniform semantic; do
   for q in 1 8; do
     for qd in 1 32; do
       J=$(mktemp)
-      taskset -c 1 "$SENS" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$PORT subnqn:nqn.2026-11.dev.sens:ram0" \
+      taskset -c 1 "$SENS" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$PORT subnqn:nqn.2026-11.io.sens-target:ram0" \
         --rw randread --bs 4k --queues $q --qd $qd --time "$SECS" --warmup 1 --coalesce $policy \
         --json "$J" -q > /dev/null
       python3 - "$J" "$policy" "$q" "$qd" << 'PY'

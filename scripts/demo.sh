@@ -4,7 +4,7 @@
 set -euo pipefail
 SENS=${1:-build/sens}
 PORT=${PORT:-4420}
-NQN=nqn.2026-11.dev.sens:ram0
+NQN=nqn.2026-11.io.sens-target:ram0
 TIME=${TIME:-5}
 LOG=$(mktemp)
 STATS=$(mktemp --suffix=.json)

@@ -59,6 +59,8 @@ class Device {
   virtual uint32_t block_size() const = 0;  // the logical block (LBA) size
   virtual bool read_only() const { return false; }
   virtual std::string describe() const = 0;  // "ram 1 GiB", "file /dev/sdb (512 B blocks)"
+  // Whether a deallocated (discarded) block reads as zeroes afterwards (Identify DLFEAT).
+  virtual bool discard_zeroes() const { return false; }
   // Whether the device has a volatile write cache (so FLUSH/FUA matter).
   virtual bool volatile_cache() const { return false; }
 

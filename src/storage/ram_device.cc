@@ -8,6 +8,7 @@
 
 #include "common/units.h"
 #include "storage/backends.h"
+#include "storage/stripe_locks.h"
 
 namespace sens::storage {
 
@@ -55,23 +56,45 @@ class RamDevice final : public Device {
     int rc = check_request(req, size_, kBlockSize, read_only_);
     if (rc != 0) return rc;
     switch (req.op) {
-      case Op::kRead:
-        std::memcpy(req.buf, base_ + req.offset, req.length);
+      // Several reactors share the namespace: each chunk is copied under its stripe lock, so
+      // no read sees a block that a write on another thread has half changed.
+      case Op::kRead: {
+        auto* dst = static_cast<uint8_t*>(req.buf);
+        locks_.each_chunk(req.offset, req.length, [&](uint64_t off, uint64_t len) {
+          std::memcpy(dst + (off - req.offset), base_ + off, len);
+        });
         return 0;
-      case Op::kWrite:
-        std::memcpy(base_ + req.offset, req.buf, req.length);
+      }
+      case Op::kWrite: {
+        auto* src = static_cast<const uint8_t*>(req.buf);
+        locks_.each_chunk(req.offset, req.length, [&](uint64_t off, uint64_t len) {
+          std::memcpy(base_ + off, src + (off - req.offset), len);
+        });
         return 0;
+      }
       case Op::kFlush:
         return 0;  // memory has no cache to flush
       case Op::kWriteZeroes:
       case Op::kDiscard:
-        zero_range(req.offset, req.length);
+        zero_locked(req.offset, req.length);
         return 0;
     }
     return -EINVAL;
   }
 
  private:
+  // Zeroes [offset, offset + length) one 2 MiB segment at a time, the segment's stripes held.
+  void zero_locked(uint64_t offset, uint64_t length) {
+    constexpr uint64_t kSegment = 2ull << 20;
+    uint64_t end = offset + length;
+    while (offset < end) {
+      uint64_t seg_end = std::min(end, (offset / kSegment + 1) * kSegment);
+      locks_.whole_segment(offset, seg_end - offset,
+                           [&](uint64_t off, uint64_t len) { zero_range(off, len); });
+      offset = seg_end;
+    }
+  }
+
   // Whole pages go back to the kernel (and read as zeroes again); only the edges are written.
   void zero_range(uint64_t offset, uint64_t length) {
     uint64_t end = offset + length;
@@ -90,6 +113,7 @@ class RamDevice final : public Device {
   uint64_t size_;
   bool read_only_;
   uint64_t page_size_;
+  StripeLocks locks_;
 };
 
 void RamQueue::submit(Request* req) {

@@ -88,6 +88,10 @@ std::string validate(const TargetConfig& c) {
   if (c.queue_size < 2 || c.queue_size > 1024) return "--queue-size must be in 2..1024";
   if (c.max_io_queues < 1 || c.max_io_queues > 1024) return "--max-io-queues must be in 1..1024";
   if (c.cores < 1 || c.cores > 256) return "--cores must be in 1..256";
+  if (c.max_connections < 1 || c.max_connections > 1000000)
+    return "--max-connections must be in 1..1000000";
+  if (c.buffer_pool < 4 * uint64_t(c.max_io) || c.buffer_pool > (1ull << 40))
+    return "--buffer-pool must be at least 4 x --max-io (and at most 1 TiB)";
   if (c.coalesce.pdus < 1 || c.coalesce.pdus > 1024) return "--pg-pdus must be in 1..1024";
   if (c.coalesce.ctrl_pdus < 1 || c.coalesce.ctrl_pdus > 1024)
     return "--ctrl-pdus must be in 1..1024";
@@ -206,7 +210,7 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
       }
     } else if (key == "inline_data" || key == "max_h2c_data" || key == "max_io" ||
                key == "queue_size" || key == "max_io_queues" || key == "cores" ||
-               key == "busy_poll_us" || key == "sock_buf") {
+               key == "busy_poll_us" || key == "sock_buf" || key == "max_connections") {
       if (!json_size(v, key, &n, error)) return false;
       if (n > UINT32_MAX) {
         *error = "config key '" + key + "': too large";
@@ -226,8 +230,13 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
         c->cores = int(n);
       else if (key == "sock_buf")
         c->sock_buf = uint32_t(n);
+      else if (key == "max_connections")
+        c->max_connections = uint32_t(n);
       else
         c->busy_poll_us = n;
+    } else if (key == "buffer_pool") {
+      if (!json_size(v, key, &n, error)) return false;
+      c->buffer_pool = n;
     } else if (key == "coalesce") {
       if (!v.is_object()) {
         *error = "config key 'coalesce': expected an object";
@@ -293,6 +302,8 @@ std::string to_json_text(const TargetConfig& c) {
   j["cores"] = c.cores;
   j["busy_poll_us"] = c.busy_poll_us;
   j["sock_buf"] = c.sock_buf;
+  j["max_connections"] = c.max_connections;
+  j["buffer_pool"] = c.buffer_pool;
   j["coalesce"] = {
       {"policy", coalesce::policy_name(c.coalesce.policy)},  {"pg_pdus", c.coalesce.pdus},
       {"pg_timeout_us", c.coalesce.timeout / kMicro},        {"ctrl_pdus", c.coalesce.ctrl_pdus},

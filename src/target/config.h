@@ -31,7 +31,9 @@ struct TargetConfig {
   int cores = 1;
   int first_core = -1;  // pin reactor i to core first_core + i; -1: no pinning
   uint64_t busy_poll_us = 0;
-  uint32_t sock_buf = 0;  // SO_SNDBUF of accepted sockets; 0: the kernel's default
+  uint32_t sock_buf = 0;                // SO_SNDBUF of accepted sockets; 0: the kernel's default
+  uint32_t max_connections = 4096;      // open connections (all queues of all hosts)
+  uint64_t buffer_pool = 256ull << 20;  // I/O buffer bytes per reactor (in-flight data bound)
   coalesce::Config coalesce;
   std::string stats_json;  // written at exit and on SIGUSR1
   bool read_only = false;
@@ -48,6 +50,12 @@ bool load_json(const std::string& path, TargetConfig* config, std::string* error
 // The effective configuration as JSON (printed by --dump-config).
 std::string to_json_text(const TargetConfig& config);
 
-inline constexpr const char* kDefaultNqn = "nqn.2026-11.dev.sens:ram0";
+// No "ns:" anywhere in it: SPDK's tools look for that key in the whole transport ID string.
+inline constexpr const char* kDefaultNqn = "nqn.2026-11.io.sens-target:ram0";
+
+// 0.0.0.0 or :: (listen on every address).
+inline bool is_wildcard(const std::string& host) {
+  return host == "0.0.0.0" || host == "::" || host == "0:0:0:0:0:0:0:0";
+}
 
 }  // namespace sens::target

@@ -14,12 +14,19 @@ bool Subsystem::host_allowed(const std::string& hostnqn) const {
          std::find(allowed_hosts.begin(), allowed_hosts.end(), hostnqn) != allowed_hosts.end();
 }
 
-bool Controller::add_queue(const QueueRef& q) {
+Controller::AddQueue Controller::add_queue(const QueueRef& q) {
   std::lock_guard<std::mutex> lock(mu);
+  if (dead) return AddQueue::kGone;
   for (auto& r : queues)
-    if (r.qid == q.qid) return false;
+    if (r.qid == q.qid) return AddQueue::kDuplicate;
   queues.push_back(q);
-  return true;
+  return AddQueue::kAdded;
+}
+
+std::vector<QueueRef> Controller::retire() {
+  std::lock_guard<std::mutex> lock(mu);
+  dead = true;
+  return queues;
 }
 
 void Controller::remove_queue(QueueCounters* q) {

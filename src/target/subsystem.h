@@ -65,18 +65,22 @@ class Controller {
   std::atomic<uint32_t> io_queues_granted{
       0};  // I/O queues granted (one-based); read by any reactor
 
-  // Controller registers. Written by the admin queue's thread only.
-  uint32_t cc = 0;
-  uint32_t csts = 0;
+  // Controller registers. Written by the admin queue's thread only; I/O queues read CC.EN.
+  std::atomic<uint32_t> cc{0};
+  std::atomic<uint32_t> csts{0};
   uint32_t async_event_config = 0;
 
   std::mutex mu;  // guards `queues` (I/O queues register and leave from any reactor)
   std::vector<QueueRef> queues;
   std::atomic<bool> dead{false};  // admin queue gone or kato expired: I/O queues close
 
-  // Registers a queue; false if the controller already has one with that qid.
-  bool add_queue(const QueueRef& q);
+  // Registers a queue, unless the controller has one with that qid or is gone already.
+  enum class AddQueue { kAdded, kDuplicate, kGone };
+  AddQueue add_queue(const QueueRef& q);
   std::vector<QueueRef> snapshot_queues();
+  // The admin queue is gone: marks the controller dead and returns the queues to close. Under
+  // the same lock as add_queue(), so no I/O queue joins after this.
+  std::vector<QueueRef> retire();
   void remove_queue(QueueCounters* q);
   void sum(uint64_t* reads, uint64_t* writes, uint64_t* read_bytes, uint64_t* write_bytes);
 };

@@ -38,6 +38,8 @@ ReactorContext::ReactorContext(Target& t, int index)
       target(t),
       registry(t.registry()),
       config(t.config()),
+      pool(t.config().buffer_pool,
+           std::max({t.config().max_io, kAdminDataMax, uint32_t(64 * 1024)})),
       next_id_(uint64_t(index) << 48) {}
 
 ReactorContext::~ReactorContext() {
@@ -71,10 +73,22 @@ void ReactorContext::schedule_kick(storage::Queue* q) {
   kick_list_.push_back(q);
 }
 
-void ReactorContext::adopt(int fd, std::string peer, uint16_t local_port) {
+void ReactorContext::adopt(int fd, TcpQueue::Endpoint endpoint) {
   uint64_t id = ++next_id_;
-  auto conn = std::make_unique<Connection>(*this, fd, id, std::move(peer), local_port);
-  conns_.emplace(id, std::move(conn));
+  conns_.emplace(id, std::make_unique<TcpQueue>(*this, fd, id, std::move(endpoint)));
+}
+
+void ReactorContext::schedule_resume(TcpQueue* q) {
+  if (resume_list_.empty())
+    reactor.defer([this] {
+      // Resumed queues may free buffers that resume others: run until the list stays empty.
+      while (!resume_list_.empty()) {
+        std::vector<TcpQueue*> batch;
+        batch.swap(resume_list_);
+        for (TcpQueue* t : batch) t->run_resumed();
+      }
+    });
+  resume_list_.push_back(q);
 }
 
 void ReactorContext::close_connection(uint64_t id, const char* why) {
@@ -100,6 +114,7 @@ void ReactorContext::schedule_reap() {
     for (auto it = conns_.begin(); it != conns_.end();) {
       if (it->second->reapable()) {
         closed_coalesce_.merge(it->second->coalesce_stats());
+        closed_holds_ += it->second->recv_counters().holds;
         ++closed_connections_;
         it = conns_.erase(it);
       } else {
@@ -117,9 +132,12 @@ coalesce::Stats ReactorContext::total_stats() const {
 
 nlohmann::json ReactorContext::stats_json() {
   nlohmann::json per = nlohmann::json::array();
-  uint64_t recv_calls = 0;
+  nlohmann::json states = nlohmann::json::object();
+  uint64_t recv_calls = 0, holds = closed_holds_;
   for (auto& [id, c] : conns_) {
     recv_calls += c->recv_counters().recv_calls;
+    holds += c->recv_counters().holds;
+    c->request_states().merge_into(states);
     per.push_back(c->stats_json());
   }
   nlohmann::json j;
@@ -127,6 +145,15 @@ nlohmann::json ReactorContext::stats_json() {
   j["connections"] = per;
   j["connections_closed"] = closed_connections_;
   j["recv_calls_open"] = recv_calls;
+  j["open_connections"] = conns_.size();
+  j["requests"] = states;  // where the requests of open connections are, by state
+  const auto& ps = pool.stats();
+  j["buffer_pool"] = {{"allocated_bytes", ps.allocated_bytes},
+                      {"in_use_bytes", ps.in_use_bytes},
+                      {"gets", ps.gets},
+                      {"waits", ps.waits},
+                      {"waiting", ps.waiting},
+                      {"reader_holds", holds}};
   j["wakeups"] = reactor.stats().wakeups;
   j["timers_fired"] = reactor.stats().timers_fired;
   return j;
@@ -134,10 +161,18 @@ nlohmann::json ReactorContext::stats_json() {
 
 // ---------------------------------------------------------------------------- listener
 
+static std::string address_text(const sockaddr_storage& ss, bool with_port);
+
 class Target::Listener final : public EventHandler {
  public:
-  Listener(Target& t, int fd, uint16_t port) : target_(t), fd_(fd), port_(port) {}
-  ~Listener() override { ::close(fd_); }
+  Listener(Target& t, Reactor& reactor, int fd, uint16_t port, bool discovery)
+      : target_(t), reactor_(reactor), fd_(fd), port_(port), discovery_(discovery), retry_([this] {
+          resume();
+        }) {}
+  ~Listener() override {
+    reactor_.cancel(retry_);
+    ::close(fd_);
+  }
   int fd() const { return fd_; }
 
   void on_event(uint32_t) override {
@@ -146,36 +181,84 @@ class Target::Listener final : public EventHandler {
       socklen_t len = sizeof(ss);
       int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-          LOG_WARN("accept on port %u: %s", port_, std::strerror(errno));
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        // Out of descriptors or memory: the listener stays readable, so stop watching it for
+        // a while instead of spinning (the hosts wait in the backlog meanwhile).
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          ++paused_;
+          warn_limited("accept on port %u: %s; accepting again in 100 ms", std::strerror(errno));
+          reactor_.modify(fd_, 0, this);
+          reactor_.arm(retry_, reactor_.now() + 100 * kMilli);
+          return;
+        }
+        warn_limited("accept on port %u: %s", std::strerror(errno));
         return;
+      }
+      if (target_.open_connections() >= target_.config().max_connections) {
+        ++refused_;
+        warn_limited(
+            "port %u: refusing a connection: %s open connections is the limit "
+            "(--max-connections)",
+            std::to_string(target_.config().max_connections).c_str());
+        ::close(fd);
+        continue;
       }
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       if (int buf = int(target_.config().sock_buf)) {  // tests: force partial sends
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
       }
-      char host[INET6_ADDRSTRLEN] = "?";
-      uint16_t peer_port = 0;
-      if (ss.ss_family == AF_INET) {
-        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-        peer_port = ntohs(a->sin_port);
-      } else if (ss.ss_family == AF_INET6) {
-        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-        peer_port = ntohs(a->sin6_port);
-      }
-      target_.dispatch_accepted(fd, std::string(host) + ":" + std::to_string(peer_port), port_);
+      target_.dispatch_accepted(fd, address_text(ss, true), port_, discovery_);
     }
   }
 
  private:
+  void resume() { reactor_.modify(fd_, EPOLLIN, this); }
+  // At most one line per 5 s, with how many were suppressed: an attacker must not be able to
+  // fill the disk with our log.
+  void warn_limited(const char* fmt, const char* arg) {
+    Nanos now = reactor_.now();
+    if (now < next_log_) {
+      ++suppressed_;
+      return;
+    }
+    next_log_ = now + 5 * kSecond;
+    char line[256];
+    std::snprintf(line, sizeof(line), fmt, port_, arg);
+    if (suppressed_)
+      LOG_WARN("%s (%llu similar messages suppressed)", line,
+               static_cast<unsigned long long>(suppressed_));
+    else
+      LOG_WARN("%s", line);
+    suppressed_ = 0;
+  }
+
   Target& target_;
+  Reactor& reactor_;
   int fd_;
   uint16_t port_;
+  bool discovery_;
+  Timer retry_;
+  Nanos next_log_ = 0;
+  uint64_t suppressed_ = 0, paused_ = 0, refused_ = 0;
 };
+
+// "addr:port" (with_port) or "addr", numeric.
+static std::string address_text(const sockaddr_storage& ss, bool with_port) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+  }
+  return with_port ? std::string(host) + ":" + std::to_string(port) : std::string(host);
+}
 
 static int open_listener(const std::string& host, uint16_t port, uint16_t* bound_port,
                          std::string* error) {
@@ -244,7 +327,7 @@ std::string Target::start() {
       listeners_.clear();
       return error;
     }
-    listeners_.push_back(std::make_unique<Listener>(*this, fd, port));
+    listeners_.push_back(std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, discovery));
     bound_.push_back({addr.host, port, discovery});
   }
   for (auto& l : listeners_) ctxs_[0]->reactor.add(l->fd(), EPOLLIN, l.get());
@@ -264,20 +347,28 @@ std::string Target::start() {
   return "";
 }
 
-void Target::dispatch_accepted(int fd, std::string peer, uint16_t local_port) {
+void Target::dispatch_accepted(int fd, std::string peer, uint16_t local_port,
+                               bool discovery_listener) {
+  open_connections_.fetch_add(1);
+  TcpQueue::Endpoint ep;
+  ep.peer = std::move(peer);
+  ep.local_port = local_port;
+  ep.discovery_listener = discovery_listener;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
+    ep.local_address = address_text(ss, false);
   size_t i = next_reactor_.fetch_add(1) % ctxs_.size();
   ReactorContext* ctx = ctxs_[i].get();
-  if (ctx == ctxs_[0].get() && Reactor::current() == &ctx->reactor) {
-    ctx->adopt(fd, std::move(peer), local_port);
+  if (Reactor::current() == &ctx->reactor) {
+    ctx->adopt(fd, std::move(ep));
     return;
   }
-  ctx->reactor.post([ctx, fd, peer = std::move(peer), local_port]() mutable {
-    ctx->adopt(fd, std::move(peer), local_port);
-  });
+  ctx->reactor.post([ctx, fd, ep = std::move(ep)]() mutable { ctx->adopt(fd, std::move(ep)); });
 }
 
 void Target::close_controller_queues(Controller* ctrl) {
-  for (auto& ref : ctrl->snapshot_queues()) {
+  for (auto& ref : ctrl->retire()) {
     if (!ref.ctx) continue;
     ReactorContext* ctx = ref.ctx;
     uint64_t id = ref.conn_id;

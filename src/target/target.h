@@ -11,9 +11,10 @@
 
 #include "reactor/reactor.h"
 #include "storage/device.h"
+#include "target/buffer_pool.h"
 #include "target/config.h"
-#include "target/connection.h"
 #include "target/subsystem.h"
+#include "target/tcp_queue.h"
 
 namespace sens::target {
 
@@ -30,15 +31,22 @@ class ReactorContext {
   Registry& registry;
   const TargetConfig& config;
 
+  // I/O buffers of this thread's queues: bounded, shared, recycled.
+  BufferPool pool;
+
   // This thread's submission queue for a namespace's device.
   storage::Queue* queue_for(const Namespace* ns);
   // Asks for a kick of `q` at the end of this loop iteration (one submit per batch).
   void schedule_kick(storage::Queue* q);
 
-  void adopt(int fd, std::string peer, uint16_t local_port);
+  void adopt(int fd, TcpQueue::Endpoint endpoint);
+  // Runs `q`'s requests that the pool served, from the loop (never inside a put()).
+  void schedule_resume(TcpQueue* q);
+  // A queue closed (or finished its last device I/O after closing): reaps it later.
+  void on_queue_closed() { schedule_reap(); }
   void close_connection(uint64_t id, const char* why);
   void close_all(const char* why);
-  // Device I/O still owed to this reactor's connections (open or closed).
+  // Device I/O still owed to this reactor's queues (open or closed).
   uint32_t inflight_io() const;
   // Destroys closed connections whose device I/O has drained (deferred, never re-entrant).
   void schedule_reap();
@@ -52,11 +60,13 @@ class ReactorContext {
   std::unordered_map<const Namespace*, std::unique_ptr<storage::Queue>> queues_;
   std::vector<std::unique_ptr<QueueWatcher>> watchers_;
   std::vector<storage::Queue*> kick_list_;
-  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
+  std::vector<TcpQueue*> resume_list_;
+  std::unordered_map<uint64_t, std::unique_ptr<TcpQueue>> conns_;
   bool reap_scheduled_ = false;
   uint64_t next_id_;
   // Totals of connections already destroyed.
   coalesce::Stats closed_coalesce_;
+  uint64_t closed_holds_ = 0;
   uint64_t closed_connections_ = 0;
 };
 
@@ -87,8 +97,12 @@ class Target {
   // Closes, on their own threads, the I/O queues of a controller whose admin queue is gone.
   void close_controller_queues(Controller* ctrl);
 
-  // Hands an accepted socket to the next reactor.
-  void dispatch_accepted(int fd, std::string peer, uint16_t local_port);
+  // Hands an accepted socket to the next reactor (`peer` for the log).
+  void dispatch_accepted(int fd, std::string peer, uint16_t local_port,
+                         bool discovery_listener = false);
+  // Open connections (accepted and not yet closed), against config().max_connections.
+  uint32_t open_connections() const { return open_connections_.load(); }
+  void connection_closed() { open_connections_.fetch_sub(1); }
 
  private:
   class Listener;
@@ -99,6 +113,7 @@ class Target {
   std::vector<std::thread> threads_;
   std::vector<Bound> bound_;
   std::atomic<uint64_t> next_reactor_{0};
+  std::atomic<uint32_t> open_connections_{0};
   bool running_ = false;
 };
 

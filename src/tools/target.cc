@@ -1,7 +1,9 @@
 // `sens target`: serve namespaces over NVMe/TCP.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -77,6 +79,15 @@ int run_target(int argc, char** argv) {
                  "SO_SNDBUF of each connection in bytes (0: kernel default; small "
                  "values force partial sends, for tests)")
       ->default_val(0);
+  app.add_option("--max-connections", cli.max_connections,
+                 "open connections at most (every queue of every host counts); more are "
+                 "refused at accept")
+      ->default_val(4096);
+  std::string buffer_pool = "256M";
+  app.add_option("--buffer-pool", buffer_pool,
+                 "I/O buffer memory per reactor: bounds the data in flight; commands wait "
+                 "for a buffer when it is all in use")
+      ->default_str("256M");
   app.add_option("--stats-json", cli.stats_json,
                  "write the coalescing counters here at exit and on SIGUSR1");
   app.add_flag("--dump-config", dump, "print the effective configuration as JSON and exit");
@@ -99,6 +110,16 @@ int run_target(int argc, char** argv) {
   if (given("--pin")) cfg.first_core = cli.first_core;
   if (given("--busy-poll-us")) cfg.busy_poll_us = cli.busy_poll_us;
   if (given("--sock-buf")) cfg.sock_buf = cli.sock_buf;
+  if (given("--max-connections")) cfg.max_connections = cli.max_connections;
+  if (given("--buffer-pool")) {
+    auto v = parse_size(buffer_pool);
+    if (!v) {
+      std::fprintf(stderr, "sens target: --buffer-pool: '%s' is not a size (e.g. 256M)\n",
+                   buffer_pool.c_str());
+      return 2;
+    }
+    cfg.buffer_pool = *v;
+  }
   if (given("--pg-pdus")) cfg.coalesce.pdus = cli.coalesce.pdus;
   if (given("--ctrl-pdus")) cfg.coalesce.ctrl_pdus = cli.coalesce.ctrl_pdus;
   if (app.count("--stats-json")) cfg.stats_json = cli.stats_json;
@@ -164,6 +185,21 @@ int run_target(int argc, char** argv) {
   sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  // Each connection is a descriptor: ask for enough of them (the soft limit is often 1024).
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    rlim_t want = rlim_t(cfg.max_connections) + 256;  // listeners, io_uring, files, logs
+    if (nofile.rlim_cur < want) {
+      nofile.rlim_cur = std::min(want, nofile.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    if (nofile.rlim_cur < want)
+      LOG_WARN(
+          "only %llu file descriptors for --max-connections %u: past that, accepting "
+          "pauses until a connection closes",
+          static_cast<unsigned long long>(nofile.rlim_cur), cfg.max_connections);
+  }
 
   target::Target t(cfg);
   error = t.start();

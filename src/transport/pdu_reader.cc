@@ -13,6 +13,17 @@ namespace sens::transport {
 PduReader::PduReader(pdu::Receiver receiver, Sink& sink, size_t staging_bytes)
     : receiver_(receiver), sink_(sink), staging_(staging_bytes) {}
 
+void PduReader::set_staging(size_t bytes) {
+  if (rd_ > 0) {
+    std::memmove(staging_.data(), staging_.data() + rd_, wr_ - rd_);
+    wr_ -= rd_;
+    rd_ = 0;
+  }
+  if (bytes < wr_) bytes = wr_;
+  staging_.resize(bytes);
+  staging_.shrink_to_fit();
+}
+
 void PduReader::set_payload_target(void* dst, uint32_t len) {
   payload_ = static_cast<uint8_t*>(dst);
   payload_len_ = len;
@@ -46,6 +57,10 @@ PduReader::Status PduReader::finish_header() {
   payload_ = nullptr;
   payload_len_ = 0;
   if (!sink_.on_pdu_header(ch, layout_)) return Status::kStopped;
+  if (held_) {  // the header stays in header_ (state kHeader, complete) until resume()
+    ++counters_.holds;
+    return Status::kHeld;
+  }
   if (layout_.data_len == 0) {
     reset_header();
     return Status::kOk;
@@ -140,7 +155,16 @@ PduReader::Status PduReader::process() {
   return Status::kOk;
 }
 
+PduReader::Status PduReader::resume() {
+  if (!held_) return Status::kOk;
+  held_ = false;
+  Status s = finish_header();
+  if (s != Status::kOk) return s;
+  return process();
+}
+
 PduReader::Status PduReader::feed(const uint8_t* data, size_t len) {
+  if (held_) return Status::kHeld;
   while (len > 0) {
     if (rd_ == wr_) rd_ = wr_ = 0;
     size_t room = staging_.size() - wr_;
@@ -162,6 +186,7 @@ PduReader::Status PduReader::feed(const uint8_t* data, size_t len) {
 }
 
 PduReader::Status PduReader::read_from(int fd, size_t budget) {
+  if (held_) return Status::kHeld;
   size_t total = 0;
   while (total < budget) {
     if (rd_ == wr_) rd_ = wr_ = 0;

@@ -17,6 +17,7 @@ struct RecvCounters {
   uint64_t bytes = 0;
   uint64_t pdus = 0;
   uint64_t copied_payload_bytes = 0;  // payload that had landed in staging and was moved
+  uint64_t holds = 0;                 // PDUs the sink could not take at once (back-pressure)
 };
 
 class PduReader {
@@ -36,18 +37,29 @@ class PduReader {
     virtual void on_pdu_error(const pdu::Check& check, const uint8_t* header, uint32_t len) = 0;
   };
 
-  enum class Status { kOk, kWouldBlock, kClosed, kError, kStopped };
+  // kHeld: the sink called hold() from on_pdu_header(); nothing more is read until resume().
+  enum class Status { kOk, kWouldBlock, kClosed, kError, kStopped, kHeld };
 
   PduReader(pdu::Receiver receiver, Sink& sink, size_t staging_bytes = 64 * 1024);
 
   void set_digests(pdu::Digests d) { digests_ = d; }
   void set_max_plen(uint32_t max_plen) { max_plen_ = max_plen; }
   void set_after_ic(bool v) { after_ic_ = v; }
+  // Grows (or shrinks) the staging buffer, keeping what it holds unread.
+  void set_staging(size_t bytes);
   pdu::Digests digests() const { return digests_; }
 
   // Directs the current PDU's payload to [dst, dst + len). Called from on_pdu_header(). A
   // null `dst` discards the payload (it is still digest-checked when data digests are on).
   void set_payload_target(void* dst, uint32_t len);
+
+  // Called from on_pdu_header(): the sink cannot take this PDU yet (e.g. no buffer for its
+  // payload). The header is kept and delivered again by resume(); until then the reader
+  // reads nothing, so the peer meets TCP back-pressure instead of an error.
+  void hold() { held_ = true; }
+  bool held() const { return held_; }
+  // Delivers the held header again and goes on with what is already buffered.
+  Status resume();
 
   // Reads and dispatches as much as is available on `fd`, at most `budget` bytes.
   // kClosed: the peer closed; kError: errno set; kStopped: the sink returned false.
@@ -85,6 +97,7 @@ class PduReader {
   uint32_t crc_ = 0;
   uint8_t digest_[4];
   uint32_t digest_have_ = 0;
+  bool held_ = false;
   RecvCounters counters_;
 };
 

@@ -14,8 +14,9 @@ SendQueue::SendQueue(Reactor& reactor, const coalesce::Config& config, Owner& ow
       owner_(owner),
       scheduler_(config, reactor.clock()),
       timer_([this] { on_timer(); }) {
-  iov_.reserve(1024);
-  scratch_.reserve(IOV_MAX);
+  // Small at first (an idle connection stays cheap); grown by use, then kept.
+  iov_.reserve(64);
+  scratch_.reserve(64);
 }
 
 SendQueue::~SendQueue() {
@@ -60,6 +61,15 @@ void SendQueue::commit(FlushReason reason) {
 void SendQueue::flush(FlushReason reason) {
   commit(reason);
   send_committed();
+}
+
+void SendQueue::shutdown() {
+  dead_ = true;
+  fd_ = -1;
+  reactor_.cancel(timer_);
+  iov_.clear();
+  head_ = committed_ = head_offset_ = 0;
+  queued_bytes_ = 0;
 }
 
 void SendQueue::on_writable() {

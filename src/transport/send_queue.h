@@ -51,6 +51,9 @@ class SendQueue {
 
   // Sends everything queued now (connection closing, or an owner-level decision).
   void flush(coalesce::FlushReason reason);
+  // The connection is closing: drops what is queued (no callbacks run) and never touches the
+  // descriptor again, whose number the kernel may hand to someone else.
+  void shutdown();
   // The socket became writable again: resume a partial send.
   void on_writable();
 

@@ -167,7 +167,7 @@ TEST(Print, IdCtrlFields) {
   std::memset(id.get(), 0, sizeof(*id));
   id->vid = 0x1b36;
   nvme::copy_padded(id->mn, sizeof(id->mn), "sens");
-  std::strcpy(id->subnqn, "nqn.2026-11.dev.sens:ram0");
+  std::strcpy(id->subnqn, "nqn.2026-11.io.sens-target:ram0");
   id->ioccsz = 516;
   id->sqes = 0x66;
   id->maxcmd = 128;
@@ -175,7 +175,7 @@ TEST(Print, IdCtrlFields) {
   EXPECT_EQ(s.rfind("NVME Identify Controller:\nvid       : 0x1b36\n", 0), 0u) << s;
   EXPECT_NE(s.find("\nsqes      : 0x66\n"), std::string::npos);
   EXPECT_NE(s.find("\nmaxcmd    : 128\n"), std::string::npos);
-  EXPECT_NE(s.find("\nsubnqn    : nqn.2026-11.dev.sens:ram0\n"), std::string::npos);
+  EXPECT_NE(s.find("\nsubnqn    : nqn.2026-11.io.sens-target:ram0\n"), std::string::npos);
   EXPECT_NE(s.find("\nioccsz    : 516\n"), std::string::npos);
   EXPECT_NE(s.find("\nps    0 : mp:0.00W operational"), std::string::npos);
 }

@@ -15,7 +15,7 @@ namespace sens::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr const char* kDefaultNqn = "nqn.2026-11.dev.sens:ram0";
+constexpr const char* kDefaultNqn = "nqn.2026-11.io.sens-target:ram0";
 
 std::string trimmed(const char* s, size_t n) {
   std::string out(s, n);
@@ -35,8 +35,8 @@ struct RunningTarget {
       port = free_port();
       dport = free_port();
       if (!port || !dport || port == dport) continue;
-      std::vector<std::string> argv = {SENS_BINARY,       "target", "--listen",
-                                       "127.0.0.1:" + std::to_string(port),
+      std::vector<std::string> argv = {SENS_BINARY,        "target",
+                                       "--listen",         "127.0.0.1:" + std::to_string(port),
                                        "--discovery-port", std::to_string(dport)};
       argv.insert(argv.end(), extra.begin(), extra.end());
       if (!child.start(argv, dir.file("out"), dir.file("err"))) return "fork failed";
@@ -86,6 +86,7 @@ TEST(CliTarget, DiscoveryIoStatsAndSignals) {
   Result r = d.connect_queue(0, nvme::kDiscoveryNqn, 0xFFFF, 0);
   ASSERT_TRUE(r.ok()) << r.describe();
   const uint16_t dcntlid = uint16_t(r.cqe.dw0);
+  ASSERT_TRUE(d.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
   nvme::IdentifyController idc{};
   r = d.exec(nvme::make_identify(1, 0), nullptr, 0, &idc, sizeof(idc));
   ASSERT_TRUE(r.ok()) << r.describe();
@@ -175,7 +176,7 @@ TEST(CliTarget, SigintStopsToo) {
 struct BadInput {
   const char* name;
   std::vector<std::string> args;
-  std::string config;  // written to a file passed with --config when not empty
+  std::string config;               // written to a file passed with --config when not empty
   std::vector<std::string> expect;  // substrings of stderr
 };
 
@@ -183,17 +184,25 @@ const BadInput kBadInputs[] = {
     {"UnknownNamespaceKind", {"--ns", "bogus:1"}, "", {"unknown namespace kind 'bogus'"}},
     {"NamespaceSizeNotASize", {"--ns", "ram:abc"}, "", {"'abc' is not a size"}},
     {"ListenWithoutPort", {"--listen", "127.0.0.1"}, "", {"'127.0.0.1'", "ADDR:PORT"}},
-    {"ListenAddressNotAnIp", {"--listen", "999.1.1.1:4420"}, "",
+    {"ListenAddressNotAnIp",
+     {"--listen", "999.1.1.1:4420"},
+     "",
      {"'999.1.1.1' is not a numeric IPv4/IPv6 address"}},
     {"UnknownCoalescingPolicy", {"--coalesce", "wild"}, "", {"--coalesce", "wild"}},
-    {"InlineDataNotMultipleOf16", {"--inline-data", "100"}, "",
+    {"InlineDataNotMultipleOf16",
+     {"--inline-data", "100"},
+     "",
      {"--inline-data must be a multiple of 16"}},
-    {"ConfigWithUnknownKey", {}, R"({"listen": ["127.0.0.1:LISTEN"], "bogus_key": 1})",
+    {"ConfigWithUnknownKey",
+     {},
+     R"({"listen": ["127.0.0.1:LISTEN"], "bogus_key": 1})",
      {"unknown config key 'bogus_key'"}},
     {"ConfigWithInvalidJson", {}, R"({"listen": [)", {"config file", "bad.json", "parse error"}},
 };
 
-void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }
+void PrintTo(const BadInput& b, std::ostream* os) {
+  *os << b.name;
+}
 
 class CliBadInput : public ::testing::TestWithParam<BadInput> {};
 
@@ -233,8 +242,8 @@ TEST(CliTarget, HelpExitsZeroAndDocumentsCoalesce) {
 }
 
 TEST(CliTarget, DumpConfigPrintsTheEffectiveConfiguration) {
-  RunResult r = run_command({SENS_BINARY, "target", "--listen", "127.0.0.1:4999", "--ns",
-                             "ram:64M", "--coalesce", "uniform", "--dump-config"},
+  RunResult r = run_command({SENS_BINARY, "target", "--listen", "127.0.0.1:4999", "--ns", "ram:64M",
+                             "--coalesce", "uniform", "--dump-config"},
                             3000);
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out, nullptr, false);

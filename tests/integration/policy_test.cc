@@ -42,7 +42,7 @@ struct Target {
   }
   std::string trid() const {
     return "trtype:tcp traddr:127.0.0.1 trsvcid:" + std::to_string(port) +
-           " subnqn:nqn.2026-11.dev.sens:ram0";
+           " subnqn:nqn.2026-11.io.sens-target:ram0";
   }
   nlohmann::json stop() {
     child.signal(SIGTERM);

@@ -18,7 +18,7 @@
 namespace sens::testing {
 namespace {
 
-constexpr const char* kDefaultNqn = "nqn.2026-11.dev.sens:ram0";
+constexpr const char* kDefaultNqn = "nqn.2026-11.io.sens-target:ram0";
 
 std::string find_tshark() {
   for (const char* p : {"/usr/bin/tshark", "/usr/local/bin/tshark", "/bin/tshark"})

@@ -1,0 +1,84 @@
+#pragma once
+// What a command set (Fabrics, admin, NVM I/O) sees of the queue a command arrived on: who
+// the queue belongs to, and the few things it may ask of the transport. The NVMe/TCP queue
+// (tcp_queue.h) implements it; the command sets never see a PDU or a socket.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "storage/device.h"
+#include "target/request.h"
+#include "target/subsystem.h"
+
+namespace sens::target {
+
+class ReactorContext;
+
+class CommandQueue {
+ public:
+  explicit CommandQueue(ReactorContext& ctx) : ctx_(ctx) {}
+  virtual ~CommandQueue() = default;
+
+  ReactorContext& ctx() { return ctx_; }
+  uint16_t qid() const { return qid_; }
+  bool connected() const { return subsystem_ != nullptr; }
+  Subsystem* subsystem() const { return subsystem_; }
+  Controller* controller() const { return ctrl_.get(); }
+  QueueCounters& counters() { return counters_; }
+
+  // The transport.
+  // Sends `len` bytes of `data` to the host (controller-to-host data), then the response.
+  virtual void send_data(Request& r, const void* data, uint32_t len) = 0;
+  // Sends the response (CQE) and frees the request once it is out.
+  virtual void complete(Request& r, uint16_t status, uint64_t result = 0) = 0;
+  // Starts device I/O; the command set's device_done() runs on completion.
+  virtual void submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) = 0;
+  // Fabrics.
+  virtual uint64_t connection_id() const = 0;  // how the reactor finds this queue
+  // Connect accepted: the queue now belongs to `ctrl` as queue `qid`.
+  virtual void on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
+                            uint32_t sq_entries, bool sq_flow_disabled) = 0;
+  // Disconnect: answers `r`, then closes once the response has left.
+  virtual void disconnect(Request& r) = 0;
+  // Whether the host reached the target through a discovery-only listener.
+  virtual bool via_discovery_listener() const = 0;
+  // The local address the host connected to (what a discovery log should advertise).
+  virtual const std::string& local_address() const = 0;
+  // Admin.
+  virtual void keep_alive_changed() = 0;  // Set Features KATO
+  virtual bool park_aer(Request& r) = 0;  // false: the AER limit is reached
+
+ protected:
+  ReactorContext& ctx_;
+  uint16_t qid_ = 0;
+  Subsystem* subsystem_ = nullptr;
+  std::shared_ptr<Controller> ctrl_;
+  QueueCounters counters_;
+};
+
+// The command sets: plan() decides what a command needs before it runs (a buffer, data from
+// the host), execute() runs it once that is in place, device_done() continues after device
+// I/O. Each answers through the queue (send_data / complete).
+namespace fabrics {
+Plan plan(CommandQueue& q, Request& r);
+void execute(CommandQueue& q, Request& r);
+void device_done(CommandQueue& q, Request& r);
+}  // namespace fabrics
+namespace admin {
+Plan plan(CommandQueue& q, Request& r);
+void execute(CommandQueue& q, Request& r);
+}  // namespace admin
+namespace nvm {
+Plan plan(CommandQueue& q, Request& r);
+void execute(CommandQueue& q, Request& r);
+void device_done(CommandQueue& q, Request& r);
+}  // namespace nvm
+
+// Constants the layers share.
+inline constexpr uint32_t kAdminDataMax = 8192;       // admin/Fabrics data (Connect's 1024 bytes)
+inline constexpr uint32_t kAerLimit = 4;              // AERL + 1
+inline constexpr uint32_t kNvmeVersion = 0x00010300;  // NVMe 1.3
+// Keep Alive Timer granularity (Identify KAS, in 100 ms units).
+inline constexpr uint16_t kKasUnits = 10;
+
+}  // namespace sens::target

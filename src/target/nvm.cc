@@ -1,0 +1,185 @@
+// The NVM I/O command set: Read, Write, Flush, Write Zeroes, Dataset Management.
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "target/command_queue.h"
+#include "target/target.h"
+#include "wire/nvme_build.h"
+
+namespace sens::target::nvm {
+
+namespace st = nvme::status;
+
+namespace {
+
+constexpr uint16_t kNsWriteProtected = 0x020;  // generic status 20h
+constexpr uint32_t kBroadcastNsid = 0xFFFFFFFF;
+constexpr uint32_t kDsmDeallocate = 1u << 2;
+// The Dataset Management buffer may be longer than NR ranges: the Linux host always sends room
+// for all 256 (4 KiB) and says in NR how many are used. Only the first NR ranges count.
+constexpr uint32_t kDsmMaxBytes = 256 * sizeof(nvme::DsmRange);
+
+bool modifies(const nvme::Sqe& s) {
+  return s.opcode == nvme::io_op::kWrite || s.opcode == nvme::io_op::kWriteZeroes ||
+         (s.opcode == nvme::io_op::kDatasetMgmt && (s.cdw11 & kDsmDeallocate));
+}
+
+Plan fail(uint16_t status) {
+  Plan p;
+  p.status = status;
+  return p;
+}
+
+Plan plan_dsm(Request& r) {
+  const nvme::Sqe& s = r.sqe;
+  uint32_t bytes = ((s.cdw10 & 0xFF) + 1) * uint32_t(sizeof(nvme::DsmRange));
+  Plan p;
+  if (r.in_capsule) {
+    if (r.xfer_len < bytes || r.xfer_len > kDsmMaxBytes) return fail(st::kSglInvalidDataLength);
+    return p;
+  }
+  if (s.sgl.type != nvme::kSglTransportDataBlock) return fail(st::kSglInvalidType);
+  if (s.sgl.length < bytes || s.sgl.length > kDsmMaxBytes) return fail(st::kSglInvalidDataLength);
+  r.xfer_len = s.sgl.length;
+  p.buffer_bytes = r.xfer_len;
+  p.fetch = true;
+  return p;
+}
+
+// Deallocates the next range; completes after the last.
+void dsm_step(CommandQueue& q, Request& r) {
+  auto* ranges = reinterpret_cast<const nvme::DsmRange*>(r.buf);
+  while (r.walk_next < r.walk_count) {
+    const auto& range = ranges[r.walk_next++];
+    if (range.nlb == 0) continue;
+    if (range.slba >= r.ns->blocks || range.nlb > r.ns->blocks - range.slba)
+      return q.complete(r, st::kLbaOutOfRange);
+    return q.submit(r, storage::Op::kDiscard, range.slba << r.ns->block_shift,
+                    uint64_t(range.nlb) << r.ns->block_shift, nullptr);
+  }
+  q.complete(r, st::kSuccess);
+}
+
+// Flush to every namespace (NSID FFFFFFFFh), one after the other.
+void flush_step(CommandQueue& q, Request& r) {
+  Namespace* ns = q.subsystem()->ns(r.walk_next);
+  if (!ns) return q.complete(r, st::kSuccess);
+  ++r.walk_next;
+  r.ns = ns;
+  q.submit(r, storage::Op::kFlush, 0, 0, nullptr);
+}
+
+// A device error as the host should see it: conditions that pass (no memory, busy) may be
+// retried; media errors may not.
+uint16_t device_status(const Request& r, bool* transient) {
+  int err = -r.io.result;
+  *transient = err == EAGAIN || err == EBUSY || err == ENOMEM || err == EINTR;
+  if (*transient) return st::kNsNotReady;
+  switch (r.io.op) {
+    case storage::Op::kRead:
+      return st::kUnrecoveredReadError;
+    case storage::Op::kWrite:
+    case storage::Op::kWriteZeroes:
+      return st::kWriteFault;
+    default:
+      return st::kInternalError;
+  }
+}
+
+}  // namespace
+
+Plan plan(CommandQueue& q, Request& r) {
+  const nvme::Sqe& s = r.sqe;
+  uint8_t op = s.opcode;
+  // An I/O queue runs nothing while its controller is disabled (CC.EN = 0).
+  if (!(q.controller()->cc & 1)) return fail(st::kCmdSeqError);
+  if (op != nvme::io_op::kRead && op != nvme::io_op::kWrite && op != nvme::io_op::kFlush &&
+      op != nvme::io_op::kWriteZeroes && op != nvme::io_op::kDatasetMgmt)
+    return fail(st::kInvalidOpcode);
+  if (op == nvme::io_op::kFlush && s.nsid == kBroadcastNsid) return Plan{};
+  Namespace* ns = q.subsystem()->ns(s.nsid);
+  if (!ns) return fail(st::kInvalidNamespace);
+  r.ns = ns;
+  if (op == nvme::io_op::kFlush) return Plan{};
+  if (modifies(s) && ns->device->read_only()) return fail(kNsWriteProtected);
+  if (op == nvme::io_op::kDatasetMgmt) return plan_dsm(r);
+  uint64_t slba = s.slba(), nlb = s.nlb();
+  if (slba >= ns->blocks || nlb > ns->blocks - slba) return fail(st::kLbaOutOfRange);
+  r.offset = slba << ns->block_shift;
+  uint64_t len = nlb << ns->block_shift;
+  if (op == nvme::io_op::kWriteZeroes) return Plan{};
+  if (len > q.ctx().config.max_io) return fail(st::kInvalidField);
+  Plan p;
+  p.buffer_bytes = uint32_t(len);
+  if (op == nvme::io_op::kWrite && r.in_capsule) {
+    if (r.xfer_len != len) return fail(st::kSglInvalidDataLength);
+    return p;
+  }
+  if (s.sgl.type != nvme::kSglTransportDataBlock) return fail(st::kSglInvalidType);
+  if (s.sgl.length != len) return fail(st::kSglInvalidDataLength);
+  r.xfer_len = uint32_t(len);
+  p.fetch = op == nvme::io_op::kWrite;
+  return p;
+}
+
+void execute(CommandQueue& q, Request& r) {
+  const nvme::Sqe& s = r.sqe;
+  auto& counters = q.counters();
+  switch (s.opcode) {
+    case nvme::io_op::kRead:
+      // Always into the request's own buffer, even from a RAM namespace: the bytes the PDU
+      // carries are a snapshot that no later write can change while it waits to be sent.
+      return q.submit(r, storage::Op::kRead, r.offset, r.xfer_len, r.buf);
+    case nvme::io_op::kWrite:
+      counters.writes.fetch_add(1, std::memory_order_relaxed);
+      counters.write_bytes.fetch_add(r.xfer_len, std::memory_order_relaxed);
+      r.io.fua = s.fua();
+      return q.submit(r, storage::Op::kWrite, r.offset, r.xfer_len, r.buf);
+    case nvme::io_op::kWriteZeroes:
+      r.io.fua = s.fua();
+      return q.submit(r, storage::Op::kWriteZeroes, r.offset, s.nlb() << r.ns->block_shift,
+                      nullptr);
+    case nvme::io_op::kFlush:
+      if (s.nsid == kBroadcastNsid) {
+        r.walk_next = 1;
+        return flush_step(q, r);
+      }
+      return q.submit(r, storage::Op::kFlush, 0, 0, nullptr);
+    case nvme::io_op::kDatasetMgmt:
+      r.walk_next = 0;
+      r.walk_count = (s.cdw11 & kDsmDeallocate) ? (s.cdw10 & 0xFF) + 1 : 0;  // only AD acts
+      return dsm_step(q, r);
+    default:
+      return q.complete(r, st::kInvalidOpcode);
+  }
+}
+
+void device_done(CommandQueue& q, Request& r) {
+  if (r.io.result != 0) {
+    bool transient;
+    uint16_t status = device_status(r, &transient);
+    LOG_WARN("namespace %u: device %s at %llu failed: %s%s", r.ns ? r.ns->nsid : 0,
+             r.io.op == storage::Op::kRead ? "read" : "I/O",
+             static_cast<unsigned long long>(r.io.offset), std::strerror(-r.io.result),
+             transient ? " (the host may retry)" : "");
+    return q.complete(r, status);
+  }
+  switch (r.io.op) {
+    case storage::Op::kRead: {
+      auto& counters = q.counters();
+      counters.reads.fetch_add(1, std::memory_order_relaxed);
+      counters.read_bytes.fetch_add(r.xfer_len, std::memory_order_relaxed);
+      return q.send_data(r, r.buf, r.xfer_len);
+    }
+    case storage::Op::kDiscard:
+      return dsm_step(q, r);
+    case storage::Op::kFlush:
+      if (r.sqe.nsid == kBroadcastNsid) return flush_step(q, r);
+      return q.complete(r, st::kSuccess);
+    default:
+      return q.complete(r, st::kSuccess);
+  }
+}
+
+}  // namespace sens::target::nvm

@@ -1,0 +1,95 @@
+#include "target/request.h"
+
+#include <cassert>
+
+#include "common/log.h"
+
+namespace sens::target {
+
+const char* state_name(ReqState s) {
+  switch (s) {
+    case ReqState::kFree:
+      return "free";
+    case ReqState::kNew:
+      return "new";
+    case ReqState::kNeedBuffer:
+      return "need_buffer";
+    case ReqState::kAwaitingH2C:
+      return "awaiting_h2c";
+    case ReqState::kReady:
+      return "ready";
+    case ReqState::kExecuting:
+      return "executing";
+    case ReqState::kWaitingDevice:
+      return "waiting_device";
+    case ReqState::kSendingData:
+      return "sending_data";
+    case ReqState::kSendingResponse:
+      return "sending_response";
+    case ReqState::kAer:
+      return "aer";
+    case ReqState::kCount:
+      break;
+  }
+  return "?";
+}
+
+bool transition_allowed(ReqState from, ReqState to) {
+  using S = ReqState;
+  switch (from) {
+    case S::kFree:
+      return to == S::kNew;
+    case S::kNew:
+      return to == S::kNeedBuffer || to == S::kReady || to == S::kSendingResponse;
+    case S::kNeedBuffer:
+      return to == S::kAwaitingH2C || to == S::kReady;
+    case S::kAwaitingH2C:
+      return to == S::kReady || to == S::kSendingResponse;
+    case S::kReady:
+      return to == S::kExecuting;
+    case S::kExecuting:
+      return to == S::kWaitingDevice || to == S::kSendingData || to == S::kSendingResponse ||
+             to == S::kAer;
+    case S::kWaitingDevice:
+      return to == S::kExecuting;
+    case S::kSendingData:
+      return to == S::kSendingResponse || to == S::kFree;
+    case S::kSendingResponse:
+      return to == S::kFree;
+    case S::kAer:
+      return to == S::kSendingResponse || to == S::kFree;
+    case S::kCount:
+      break;
+  }
+  return false;
+}
+
+void RequestStates::advance(Request& r, ReqState to) {
+  if (!transition_allowed(r.state, to)) {
+    ++bad_;
+    LOG_WARN("request %u (cid %u): no transition %s -> %s", r.index, r.sqe.cid, state_name(r.state),
+             state_name(to));
+    assert(false && "request state machine: transition not allowed");
+  }
+  --counts_[size_t(r.state)];
+  ++counts_[size_t(to)];
+  r.state = to;
+}
+
+nlohmann::json RequestStates::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t i = 0; i < counts_.size(); ++i)
+    if (counts_[i] && ReqState(i) != ReqState::kFree) j[state_name(ReqState(i))] = counts_[i];
+  return j;
+}
+
+void RequestStates::merge_into(nlohmann::json& totals) const {
+  for (size_t i = 0; i < counts_.size(); ++i) {
+    if (!counts_[i] || ReqState(i) == ReqState::kFree) continue;
+    const char* k = state_name(ReqState(i));
+    totals[k] = totals.value(k, 0u) + counts_[i];
+  }
+  if (bad_) totals["bad_transitions"] = totals.value("bad_transitions", uint64_t(0)) + bad_;
+}
+
+}  // namespace sens::target

@@ -1,0 +1,86 @@
+#pragma once
+// One NVMe command on the target, from its capsule to its last PDU, independent of the
+// transport that carried it. Its progress is an explicit state; every change goes through
+// RequestStates::advance(), which refuses a transition the machine does not have and keeps
+// per-state counts for the stats JSON (a stuck command shows where it is).
+//
+//   FREE -> NEW -> NEED_BUFFER -> [AWAITING_H2C] -> READY -> EXECUTING <-> WAITING_DEVICE
+//        -> [SENDING_DATA] -> SENDING_RESPONSE -> FREE
+// Errors jump from NEW/READY/EXECUTING/AWAITING_H2C (after the data has passed) straight to
+// SENDING_RESPONSE; an Asynchronous Event Request parks in AER until an event or the end.
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "storage/device.h"
+#include "wire/nvme.h"
+#include "wire/pdu.h"
+
+namespace sens::target {
+
+struct Namespace;
+
+enum class ReqState : uint8_t {
+  kFree,
+  kNew,              // capsule received (its in-capsule data may still be arriving)
+  kNeedBuffer,       // waits for the reactor's buffer pool
+  kAwaitingH2C,      // R2T sent, H2CData arriving
+  kReady,            // data in place, about to execute
+  kExecuting,        // a command set works on it
+  kWaitingDevice,    // device I/O in flight
+  kSendingData,      // C2HData queued
+  kSendingResponse,  // CapsuleResp queued
+  kAer,              // Asynchronous Event Request outstanding
+  kCount
+};
+
+const char* state_name(ReqState s);
+bool transition_allowed(ReqState from, ReqState to);
+
+// What a command needs before it can execute (decided by its command set).
+struct Plan {
+  uint16_t status = 0;        // non-zero: fail at once with this status
+  uint64_t result = 0;        // with status: the CQE's result (Connect's IATTR/IPO)
+  uint32_t buffer_bytes = 0;  // a pool buffer of this size
+  bool fetch = false;         // host-to-controller data to ask for with R2T (xfer_len bytes)
+};
+
+struct Request {
+  uint16_t index = 0;  // the ttag of its R2T
+  ReqState state = ReqState::kFree;
+  nvme::Sqe sqe{};
+  uint8_t* buf = nullptr;       // from the pool (or null)
+  uint32_t buf_bytes = 0;       // size asked of the pool
+  uint32_t xfer_len = 0;        // bytes this command moves over the wire
+  uint32_t received = 0;        // H2C bytes received so far
+  uint16_t pending_status = 0;  // an error found while data was still arriving
+  bool in_capsule = false;      // the data came with the capsule
+  bool fetch = false;           // its data is asked for with R2T
+  bool owns_cid = false;        // its CID is marked outstanding on the queue
+  uint64_t offset = 0;          // device byte offset
+  Namespace* ns = nullptr;
+  uint32_t walk_next = 0, walk_count = 0;  // range / namespace walks (DSM, flush, shutdown)
+  storage::Request io;
+  pdu::HeaderSlot data_hdr{}, resp_hdr{}, r2t_hdr{};
+  uint32_t ddgst = 0;
+};
+
+// The per-state counts of one queue's requests.
+class RequestStates {
+ public:
+  RequestStates() { counts_[size_t(ReqState::kFree)] = 0; }
+  // Moves `r` to `to`. A transition the machine does not have is a bug: it is counted (and
+  // aborts debug builds) and the move still happens, so the command is not lost.
+  void advance(Request& r, ReqState to);
+  void add_free(uint32_t n) { counts_[size_t(ReqState::kFree)] += n; }
+  uint32_t count(ReqState s) const { return counts_[size_t(s)]; }
+  uint64_t bad_transitions() const { return bad_; }
+  nlohmann::json to_json() const;  // {"new": n, ...} for the states with requests in them
+  void merge_into(nlohmann::json& totals) const;
+
+ private:
+  std::array<uint32_t, size_t(ReqState::kCount)> counts_{};
+  uint64_t bad_ = 0;
+};
+
+}  // namespace sens::target

@@ -1,0 +1,550 @@
+#include "target/tcp_queue.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "coalesce/stats_json.h"
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "target/target.h"
+#include "wire/nvme_build.h"
+
+namespace sens::target {
+
+namespace st = nvme::status;
+using coalesce::FlushReason;
+using coalesce::PduClass;
+using S = ReqState;
+
+namespace {
+constexpr Nanos kSetupTimeout = 10 * kSecond;  // ICReq + Connect must arrive by then
+constexpr Nanos kCloseTimeout = 2 * kSecond;   // a TermReq / last response the peer never reads
+// A host is dropped once no admin command arrived for kato plus one KAS granule, so a host
+// that sends Keep Alive at exactly kato (as older Linux hosts do) is not dropped by a race.
+constexpr Nanos kKeepAliveGrace = kKasUnits * 100 * kMilli;
+constexpr size_t kRecvBudget = 256 * 1024;  // per readiness event, for fairness
+// Before ICReq/Connect a queue reads small PDUs only: a small staging buffer keeps an idle
+// connection cheap; Connect grows it (I/O queues) to batch many PDUs per read.
+constexpr size_t kSetupStaging = 4096;
+constexpr size_t kIoStaging = 64 * 1024;
+}  // namespace
+
+TcpQueue::TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint)
+    : CommandQueue(ctx),
+      fd_(fd),
+      id_(id),
+      endpoint_(std::move(endpoint)),
+      reader_(pdu::Receiver::kController, *this, kSetupStaging),
+      sendq_(ctx.reactor, ctx.config.coalesce, *this),
+      pool_(ctx.pool),
+      ka_timer_([this] { on_keep_alive_timer(); }),
+      setup_timer_([this] { on_setup_timer(); }) {
+  sendq_.set_fd(fd_);
+  // Until Connect names the queue, nothing is delayed: the admin queue never is.
+  coalesce::Config urgent = ctx.config.coalesce;
+  urgent.policy = coalesce::Policy::kOff;
+  sendq_.set_config(urgent);
+  reader_.set_max_plen(pdu::kMaxHlen + 2 * pdu::kDigestLen + kAdminDataMax);
+  reader_waiter_.queue = this;
+  reader_waiter_.ready = &TcpQueue::on_reader_buffer;
+  ctx_.reactor.add(fd_, EPOLLIN, this);
+  ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kSetupTimeout);
+  LOG_DEBUG("connection %llu from %s", static_cast<unsigned long long>(id_),
+            endpoint_.peer.c_str());
+}
+
+TcpQueue::~TcpQueue() {
+  if (!closed_) close("destroyed");
+  pool_.cancel(&reader_waiter_);
+  pool_.put(held_buf_, held_bytes_);
+  for (auto& s : slots_) {
+    pool_.cancel(s.get());
+    pool_.put(s->req.buf, s->req.buf_bytes);
+  }
+}
+
+void TcpQueue::watch(bool readable, bool writable) {
+  if (closed_) return;
+  if (readable == reading_ && writable == want_out_) return;
+  reading_ = readable;
+  want_out_ = writable;
+  uint32_t ev = (readable ? uint32_t(EPOLLIN) : 0u) | (writable ? uint32_t(EPOLLOUT) : 0u);
+  ctx_.reactor.modify(fd_, ev, this);
+}
+
+void TcpQueue::want_writable(bool on) {
+  watch(reading_, on);
+}
+
+void TcpQueue::on_send_error(int err) {
+  LOG_DEBUG("connection %llu: send failed: %s", static_cast<unsigned long long>(id_),
+            std::strerror(err));
+  close_pending_ = false;
+  close("send error");
+}
+
+void TcpQueue::on_event(uint32_t events) {
+  if (closed_) return;
+  if (events & EPOLLOUT) sendq_.on_writable();
+  if (closed_) return;
+  if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) && reading_ && !reader_.held())
+    handle_read_status(reader_.read_from(fd_, kRecvBudget));
+}
+
+void TcpQueue::handle_read_status(transport::PduReader::Status status) {
+  using R = transport::PduReader::Status;
+  if (closed_) return;
+  if (status == R::kClosed) {
+    close_pending_ = false;
+    close("peer closed");
+  } else if (status == R::kError) {
+    close_pending_ = false;
+    close("receive error");
+  } else if (status == R::kHeld && state_ != State::kClosing) {
+    watch(false, want_out_);  // the host meets TCP back-pressure until a buffer comes back
+  }
+}
+
+void TcpQueue::close(const char* why) {
+  if (closed_) return;
+  if (close_pending_) return;  // a TermReq or a response still leaving: closes when sent
+  LOG_DEBUG("connection %llu (%s, qid %u) closed: %s", static_cast<unsigned long long>(id_),
+            endpoint_.peer.c_str(), qid_, why);
+  sendq_.flush(FlushReason::kClose);
+  sendq_.shutdown();  // nothing may write to the descriptor number once it is closed
+  closed_ = true;
+  state_ = State::kClosed;
+  ctx_.reactor.cancel(ka_timer_);
+  ctx_.reactor.cancel(setup_timer_);
+  ctx_.reactor.remove(fd_);
+  ::close(fd_);
+  fd_ = -1;
+  ctx_.target.connection_closed();
+  // Buffers come back now, except those device I/O still writes into (device_done frees them).
+  pool_.cancel(&reader_waiter_);
+  pool_.put(held_buf_, held_bytes_);
+  held_buf_ = nullptr;
+  for (auto& s : slots_) {
+    pool_.cancel(s.get());
+    if (s->req.state != S::kWaitingDevice) {
+      pool_.put(s->req.buf, s->req.buf_bytes);
+      s->req.buf = nullptr;
+    }
+  }
+  if (ctrl_) {
+    if (qid_ == 0) {
+      // The admin queue owns the controller: its I/O queues go with it.
+      ctx_.registry.remove_controller(ctrl_->cntlid);
+      ctx_.target.close_controller_queues(ctrl_.get());
+    }
+    ctrl_->remove_queue(&counters_);
+  }
+  ctx_.on_queue_closed();
+}
+
+uint32_t TcpQueue::inline_limit() const {
+  return state_ == State::kReady && qid_ != 0 ? ctx_.config.inline_data : kAdminDataMax;
+}
+
+PduClass TcpQueue::data_class() const {
+  return qid_ == 0 ? PduClass::kUrgent : PduClass::kData;
+}
+
+// ---------------------------------------------------------------------------- receive side
+
+bool TcpQueue::on_pdu_header(const pdu::CommonHeader& header, const pdu::Layout& layout) {
+  if (closed_ || state_ == State::kClosing) return false;
+  switch (pdu::Type(header.type)) {
+    case pdu::Type::kICReq:
+      return handle_icreq(reinterpret_cast<const pdu::ICReq&>(header));
+    case pdu::Type::kCapsuleCmd:
+      return handle_capsule(reinterpret_cast<const pdu::CapsuleCmd&>(header), layout);
+    case pdu::Type::kH2CData: {
+      auto& d = reinterpret_cast<const pdu::DataHeader&>(header);
+      if (d.datal != layout.data_len) {
+        fatal(pdu::fes::kInvalidHeaderField, offsetof(pdu::DataHeader, datal),
+              "H2CData DATAL differs from the data the PDU carries", &d, d.ch.hlen);
+        return false;
+      }
+      return handle_h2c_data(d);
+    }
+    case pdu::Type::kH2CTermReq: {
+      auto& t = reinterpret_cast<const pdu::TermReq&>(header);
+      LOG_INFO("connection %llu: host terminated the connection (fes 0x%x fei 0x%x)",
+               static_cast<unsigned long long>(id_), t.fes, t.fei);
+      close_pending_ = false;
+      close("H2CTermReq");
+      return false;
+    }
+    default:  // check_common admits only host-to-controller types
+      fatal(pdu::fes::kInvalidHeaderField, 0, "unexpected PDU type", &header, header.hlen);
+      return false;
+  }
+}
+
+void TcpQueue::on_pdu_error(const pdu::Check& check, const uint8_t* header, uint32_t len) {
+  fatal(check.fes, check.fei, check.why ? check.why : "bad PDU", header, len);
+}
+
+void TcpQueue::fatal(uint16_t fes, uint32_t fei, const char* why, const void* header,
+                     uint32_t len) {
+  if (closed_ || state_ == State::kClosing) return;
+  LOG_INFO("connection %llu (%s): fatal transport error 0x%x at byte %u: %s",
+           static_cast<unsigned long long>(id_), endpoint_.peer.c_str(), fes, fei, why);
+  state_ = State::kClosing;
+  watch(false, want_out_);
+  uint32_t n = pdu::build_term_req(term_hdr_, pdu::Type::kC2HTermReq, fes, fei, header, len);
+  iovec iov{term_hdr_.bytes, n};
+  close_pending_ = true;
+  ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kCloseTimeout);
+  sendq_.enqueue(&iov, 1, PduClass::kUrgent,
+                 {[](void* self, uint64_t) {
+                    auto* q = static_cast<TcpQueue*>(self);
+                    q->close_pending_ = false;
+                    q->close("after C2HTermReq");
+                  },
+                  this, 0});
+}
+
+bool TcpQueue::handle_icreq(const pdu::ICReq& req) {
+  if (state_ != State::kWaitIC) {
+    fatal(pdu::fes::kPduSequenceError, 0, "second ICReq", &req, sizeof(req));
+    return false;
+  }
+  pdu::Check check = pdu::check_icreq(req);
+  if (!check) {
+    fatal(check.fes, check.fei, check.why, &req, sizeof(req));
+    return false;
+  }
+  if (req.hpda != 0) {
+    fatal(pdu::fes::kUnsupportedParameter, offsetof(pdu::ICReq, hpda),
+          "host PDU data alignment not supported", &req, sizeof(req));
+    return false;
+  }
+  digests_.header = req.digest & pdu::kDigestHeader;
+  digests_.data = req.digest & pdu::kDigestData;
+  reader_.set_digests(digests_);
+  reader_.set_after_ic(true);
+  pdu::build_icresp(ic_hdr_.icresp, req.digest & (pdu::kDigestHeader | pdu::kDigestData),
+                    ctx_.config.max_h2c_data);
+  iovec iov{ic_hdr_.bytes, sizeof(pdu::ICResp)};
+  sendq_.enqueue(&iov, 1, PduClass::kUrgent);
+  state_ = State::kWaitConnect;
+  return true;
+}
+
+TcpQueue::Slot* TcpQueue::take_slot() {
+  if (free_.empty()) {
+    if (slots_.size() >= sq_entries_) return nullptr;
+    // Grown on demand (warm-up only), so a queue costs memory for the depth it really uses.
+    auto s = std::make_unique<Slot>();
+    s->queue = this;
+    s->ready = &TcpQueue::on_slot_buffer;
+    s->req.index = uint16_t(slots_.size());
+    s->req.io.user = s.get();
+    s->req.io.on_complete = &TcpQueue::on_device_done;
+    states_.add_free(1);
+    free_.push_back(s->req.index);
+    slots_.push_back(std::move(s));
+  }
+  Slot* s = slots_[free_.back()].get();
+  free_.pop_back();
+  return s;
+}
+
+bool TcpQueue::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& layout) {
+  if (free_.empty() && slots_.size() >= sq_entries_) {
+    fatal(pdu::fes::kPduSequenceError, 0, "more commands outstanding than the queue holds", &cmd,
+          cmd.ch.hlen);
+    return false;
+  }
+  // In-capsule data needs its buffer before the payload arrives. With none to be had, the
+  // reader holds this header and reads nothing more until the pool serves us.
+  uint8_t* buf = nullptr;
+  uint32_t buf_bytes = 0;
+  uint16_t pending = st::kSuccess;
+  if (layout.data_len) {
+    const auto& sgl = cmd.sqe.sgl;
+    if (sgl.type != nvme::kSglDataBlockOffset)
+      pending = st::kSglInvalidType;
+    else if (sgl.addr != 0)
+      pending = st::kSglInvalidOffset;
+    else if (sgl.length != layout.data_len || layout.data_len > inline_limit())
+      pending = st::kSglInvalidDataLength;
+    if (pending == st::kSuccess) {
+      if (held_buf_) {
+        buf = held_buf_, buf_bytes = held_bytes_;
+        held_buf_ = nullptr;
+      } else if ((buf = pool_.get(layout.data_len)) != nullptr) {
+        buf_bytes = layout.data_len;
+      } else {
+        reader_waiter_.bytes = layout.data_len;
+        pool_.wait(&reader_waiter_);
+        if (!reader_ready_) {
+          reader_.hold();
+          return true;
+        }
+        reader_ready_ = false;  // served at once
+        buf = held_buf_, buf_bytes = held_bytes_;
+        held_buf_ = nullptr;
+      }
+    }
+  }
+  Slot* slot = take_slot();
+  Request& r = slot->req;
+  states_.advance(r, S::kNew);
+  r.sqe = cmd.sqe;
+  r.buf = buf;
+  r.buf_bytes = buf_bytes;
+  r.xfer_len = 0;
+  r.received = 0;
+  r.pending_status = pending;
+  r.in_capsule = layout.data_len != 0;
+  r.fetch = false;
+  r.owns_cid = false;
+  r.ns = nullptr;
+  ++commands_;
+  if (sq_entries_ > 1) sqhd_ = uint16_t((sqhd_ + 1) % sq_entries_);
+  if (qid_ == 0 && ctrl_) last_admin_ = ctx_.reactor.now();
+  if (layout.data_len == 0) {
+    start(r);
+    return !closed_;
+  }
+  current_ = &r;
+  if (pending == st::kSuccess) {
+    r.xfer_len = layout.data_len;
+    reader_.set_payload_target(r.buf, layout.data_len);
+  }  // else: the reader drops the payload; the command fails once it has passed
+  return true;
+}
+
+bool TcpQueue::handle_h2c_data(const pdu::DataHeader& d) {
+  if (d.ttag >= slots_.size() || slots_[d.ttag]->req.state != S::kAwaitingH2C) {
+    fatal(pdu::fes::kInvalidHeaderField, offsetof(pdu::DataHeader, ttag),
+          "H2CData for no outstanding R2T (unknown ttag)", &d, d.ch.hlen);
+    return false;
+  }
+  Request& r = slots_[d.ttag]->req;
+  if (d.cccid != r.sqe.cid) {
+    fatal(pdu::fes::kInvalidHeaderField, offsetof(pdu::DataHeader, cccid),
+          "H2CData command id does not match its R2T", &d, d.ch.hlen);
+    return false;
+  }
+  if (d.datao != r.received) {
+    fatal(pdu::fes::kDataOutOfRange, offsetof(pdu::DataHeader, datao),
+          "H2CData offset is not where the previous data ended", &d, d.ch.hlen);
+    return false;
+  }
+  if (uint64_t(d.datao) + d.datal > r.xfer_len) {
+    fatal(pdu::fes::kDataOutOfRange, offsetof(pdu::DataHeader, datal),
+          "H2CData beyond the length of its R2T", &d, d.ch.hlen);
+    return false;
+  }
+  if (d.datal > ctx_.config.max_h2c_data) {
+    fatal(pdu::fes::kDataLimitExceeded, offsetof(pdu::DataHeader, datal),
+          "H2CData larger than maxh2cdata", &d, d.ch.hlen);
+    return false;
+  }
+  current_ = &r;
+  reader_.set_payload_target(r.buf + d.datao, d.datal);
+  return true;
+}
+
+bool TcpQueue::on_pdu_payload(const pdu::CommonHeader& header, bool digest_ok) {
+  if (closed_ || state_ == State::kClosing) return false;
+  Request* r = current_;
+  current_ = nullptr;
+  if (!r) return true;  // a TermReq's quoted bytes, already handled
+  if (!digest_ok && r->pending_status == st::kSuccess) r->pending_status = st::kDataTransferError;
+  if (header.type == uint8_t(pdu::Type::kCapsuleCmd)) {
+    start(*r);
+    return !closed_;
+  }
+  auto& d = reinterpret_cast<const pdu::DataHeader&>(header);
+  r->received += d.datal;
+  if (r->received == r->xfer_len) {
+    if (r->pending_status != st::kSuccess) {
+      complete(*r, r->pending_status);
+    } else {
+      states_.advance(*r, S::kReady);
+      execute(*r);
+    }
+  }
+  return !closed_;
+}
+
+void TcpQueue::on_reader_buffer(BufferPool::Waiter* w) {
+  auto* q = static_cast<ReaderWaiter*>(w)->queue;
+  q->held_buf_ = w->buf;
+  q->held_bytes_ = w->bytes;
+  q->reader_ready_ = true;
+  if (q->reader_.held()) q->schedule_resume();
+}
+
+// ---------------------------------------------------------------------------- send side
+
+void TcpQueue::send_data(Request& r, const void* data, uint32_t len) {
+  bool success = sqflow_disabled_ && qid_ != 0;
+  uint8_t flags = pdu::flag::kDataLast | (success ? pdu::flag::kDataSuccess : 0);
+  pdu::build_data(r.data_hdr.data, pdu::Type::kC2HData, r.sqe.cid, 0, 0, len, flags, digests_);
+  uint32_t hl = pdu::finish_header(r.data_hdr, digests_);
+  iovec iov[3];
+  int n = 0;
+  iov[n++] = {r.data_hdr.bytes, hl};
+  iov[n++] = {const_cast<void*>(data), len};
+  if (digests_.data && len) {
+    r.ddgst = crc32c(data, len);
+    iov[n++] = {&r.ddgst, 4};
+  }
+  states_.advance(r, S::kSendingData);
+  if (success) {  // the host skips the response: the request is done once the data is out
+    sendq_.enqueue(iov, n, data_class(), {&TcpQueue::on_resp_sent, this, r.index});
+    return;
+  }
+  sendq_.enqueue(iov, n, data_class());
+  complete(r, st::kSuccess);
+}
+
+void TcpQueue::send_r2t(Request& r) {
+  r.received = 0;
+  pdu::build_r2t(r.r2t_hdr.r2t, r.sqe.cid, r.index, 0, r.xfer_len, digests_);
+  uint32_t hl = pdu::finish_header(r.r2t_hdr, digests_);
+  iovec iov{r.r2t_hdr.bytes, hl};
+  sendq_.enqueue(&iov, 1, qid_ == 0 ? PduClass::kUrgent : PduClass::kControl);
+}
+
+void TcpQueue::complete(Request& r, uint16_t status, uint64_t result) {
+  // Transient conditions may be retried; everything else carries Do Not Retry.
+  bool dnr =
+      status != st::kSuccess && status != st::kConnectControllerBusy && status != st::kNsNotReady;
+  auto cqe = nvme::make_cqe(r.sqe.cid, qid_, sqhd_, status, uint32_t(result), dnr);
+  cqe.dw1 = uint32_t(result >> 32);
+  pdu::build_capsule_resp(r.resp_hdr.resp, cqe, digests_);
+  uint32_t hl = pdu::finish_header(r.resp_hdr, digests_);
+  iovec iov{r.resp_hdr.bytes, hl};
+  states_.advance(r, S::kSendingResponse);
+  sendq_.enqueue(&iov, 1, data_class(), {&TcpQueue::on_resp_sent, this, r.index});
+}
+
+void TcpQueue::on_resp_sent(void* ctx, uint64_t index) {
+  auto* self = static_cast<TcpQueue*>(ctx);
+  self->release(self->slots_[index]->req);
+}
+
+void TcpQueue::release(Request& r) {
+  if (r.owns_cid) set_cid(r.sqe.cid, false);
+  r.owns_cid = false;
+  pool_.put(r.buf, r.buf_bytes);
+  r.buf = nullptr;
+  r.buf_bytes = 0;
+  states_.advance(r, S::kFree);
+  free_.push_back(r.index);
+}
+
+// ---------------------------------------------------------------------------- Fabrics hooks
+
+void TcpQueue::on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
+                            uint32_t sq_entries, bool sq_flow_disabled) {
+  subsystem_ = sub;
+  ctrl_ = std::move(ctrl);
+  qid_ = qid;
+  sq_entries_ = sq_entries;
+  sqhd_ = uint16_t(1 % sq_entries_);
+  sqflow_disabled_ = sq_flow_disabled;
+  cids_.assign(65536 / 64, 0);
+  state_ = State::kReady;
+  ctx_.reactor.cancel(setup_timer_);
+  reader_.set_max_plen(pdu::kMaxHlen + 2 * pdu::kDigestLen +
+                       std::max(inline_limit(), ctx_.config.max_h2c_data));
+  if (qid_ != 0) {
+    reader_.set_staging(kIoStaging);
+    sendq_.set_config(ctx_.config.coalesce);  // I/O queues coalesce
+  }
+  if (qid_ == 0 && ctrl_->kato_ms) reset_keep_alive();
+}
+
+void TcpQueue::disconnect(Request& r) {
+  // Close only once the response has left (the socket may be full), with a deadline.
+  states_.advance(r, S::kSendingResponse);
+  auto cqe = nvme::make_cqe(r.sqe.cid, qid_, sqhd_, st::kSuccess, 0, false);
+  pdu::build_capsule_resp(r.resp_hdr.resp, cqe, digests_);
+  uint32_t hl = pdu::finish_header(r.resp_hdr, digests_);
+  iovec iov{r.resp_hdr.bytes, hl};
+  state_ = State::kClosing;
+  watch(false, want_out_);
+  close_pending_ = true;
+  ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kCloseTimeout);
+  sendq_.enqueue(&iov, 1, PduClass::kUrgent,
+                 {[](void* self, uint64_t) {
+                    auto* q = static_cast<TcpQueue*>(self);
+                    q->close_pending_ = false;
+                    q->close("Disconnect");
+                  },
+                  this, 0});
+}
+
+void TcpQueue::keep_alive_changed() {
+  if (ctrl_->kato_ms)
+    reset_keep_alive();
+  else
+    ctx_.reactor.cancel(ka_timer_);
+}
+
+bool TcpQueue::park_aer(Request& r) {
+  if (aer_outstanding_ >= kAerLimit) return false;
+  ++aer_outstanding_;
+  states_.advance(r, S::kAer);  // completed only by an event; freed with the queue
+  return true;
+}
+
+void TcpQueue::reset_keep_alive() {
+  last_admin_ = ctx_.reactor.now();
+  if (!ka_timer_.armed() && ctrl_ && ctrl_->kato_ms)
+    ctx_.reactor.arm(ka_timer_, last_admin_ + Nanos(ctrl_->kato_ms) * kMilli + kKeepAliveGrace);
+}
+
+void TcpQueue::on_keep_alive_timer() {
+  if (closed_ || !ctrl_ || !ctrl_->kato_ms) return;
+  Nanos due = last_admin_ + Nanos(ctrl_->kato_ms) * kMilli + kKeepAliveGrace;
+  if (ctx_.reactor.now() >= due) {
+    LOG_INFO("controller %u (%s): no keep alive within %u ms, dropping the host", ctrl_->cntlid,
+             ctrl_->hostnqn.c_str(), ctrl_->kato_ms);
+    close("keep alive timeout");
+    return;
+  }
+  ctx_.reactor.arm(ka_timer_, due);
+}
+
+void TcpQueue::on_setup_timer() {
+  if (closed_) return;
+  if (state_ == State::kClosing) {  // the TermReq / response could not be sent: close anyway
+    close_pending_ = false;
+    close("last PDU not sent in time");
+    return;
+  }
+  if (state_ == State::kReady) return;
+  LOG_INFO("connection %llu (%s): no ICReq/Connect within %lld s, closing",
+           static_cast<unsigned long long>(id_), endpoint_.peer.c_str(),
+           static_cast<long long>(kSetupTimeout / kSecond));
+  close("setup timeout");
+}
+
+nlohmann::json TcpQueue::stats_json() const {
+  nlohmann::json j = coalesce::to_json(sendq_.scheduler().stats());
+  j["id"] = id_;
+  j["peer"] = endpoint_.peer;
+  j["qid"] = qid_;
+  j["commands"] = commands_;
+  j["recv_calls"] = reader_.counters().recv_calls;
+  j["recv_bytes"] = reader_.counters().bytes;
+  j["recv_holds"] = reader_.counters().holds;
+  j["sent_bytes"] = sendq_.counters().bytes;
+  j["requests"] = states_.to_json();
+  return j;
+}
+
+}  // namespace sens::target

@@ -1,0 +1,154 @@
+#pragma once
+// One NVMe/TCP queue: a TCP connection, its PDU framing (ICReq, capsules, R2T/H2CData
+// accounting, C2HData, TermReq) and its requests. It lives on one reactor thread and is
+// touched by no other, so nothing here locks. Outbound PDUs all go through the SendQueue
+// (the coalescing point); inbound ones through the PduReader. What a command does is up to
+// the command sets (fabrics.cc, admin.cc, nvm.cc); this file moves bytes and drives each
+// request's state machine (request.h).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "reactor/reactor.h"
+#include "target/buffer_pool.h"
+#include "target/command_queue.h"
+#include "transport/pdu_reader.h"
+#include "transport/send_queue.h"
+#include "wire/pdu.h"
+
+namespace sens::target {
+
+class TcpQueue final : public CommandQueue,
+                       public EventHandler,
+                       public transport::SendQueue::Owner,
+                       public transport::PduReader::Sink {
+ public:
+  struct Endpoint {
+    std::string peer;           // "addr:port" of the host
+    std::string local_address;  // the address the host reached (numeric)
+    uint16_t local_port = 0;
+    bool discovery_listener = false;  // reached through a discovery-only listener
+  };
+  TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint);
+  ~TcpQueue() override;
+
+  uint64_t id() const { return id_; }
+  bool closed() const { return closed_; }
+  // Sends what is queued, then closes. Queues close themselves on fatal errors.
+  void close(const char* why);
+  nlohmann::json stats_json() const;
+  const coalesce::Stats& coalesce_stats() const { return sendq_.scheduler().stats(); }
+  const transport::RecvCounters& recv_counters() const { return reader_.counters(); }
+  const RequestStates& request_states() const { return states_; }
+  uint32_t inflight_io() const { return inflight_io_; }
+  // Whether the queue may be destroyed (closed, no device I/O in flight, no pending resume).
+  bool reapable() const { return closed_ && inflight_io_ == 0 && !resume_scheduled_; }
+  // Runs the requests (and the held reader) that the buffer pool has served since.
+  void run_resumed();
+
+  // EventHandler
+  void on_event(uint32_t events) override;
+  // SendQueue::Owner
+  void want_writable(bool on) override;
+  void on_send_error(int err) override;
+  // PduReader::Sink
+  bool on_pdu_header(const pdu::CommonHeader& header, const pdu::Layout& layout) override;
+  bool on_pdu_payload(const pdu::CommonHeader& header, bool digest_ok) override;
+  void on_pdu_error(const pdu::Check& check, const uint8_t* header, uint32_t len) override;
+
+  // CommandQueue
+  void send_data(Request& r, const void* data, uint32_t len) override;
+  void complete(Request& r, uint16_t status, uint64_t result = 0) override;
+  void submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) override;
+  void on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
+                    uint32_t sq_entries, bool sq_flow_disabled) override;
+  void disconnect(Request& r) override;
+  uint64_t connection_id() const override { return id_; }
+  bool via_discovery_listener() const override { return endpoint_.discovery_listener; }
+  const std::string& local_address() const override { return endpoint_.local_address; }
+  void keep_alive_changed() override;
+  bool park_aer(Request& r) override;
+
+ private:
+  enum class State { kWaitIC, kWaitConnect, kReady, kClosing, kClosed };
+
+  // A request with what the transport keeps beside it.
+  struct Slot : BufferPool::Waiter {
+    TcpQueue* queue = nullptr;
+    Request req;
+    bool resumed = false;  // on the resume list
+  };
+  struct ReaderWaiter : BufferPool::Waiter {
+    TcpQueue* queue = nullptr;
+  };
+
+  // Receive side
+  bool handle_icreq(const pdu::ICReq& req);
+  bool handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& layout);
+  bool handle_h2c_data(const pdu::DataHeader& data);
+  void fatal(uint16_t fes, uint32_t fei, const char* why, const void* header, uint32_t len);
+  void handle_read_status(transport::PduReader::Status status);
+
+  // The request state machine
+  Slot* take_slot();
+  void start(Request& r);          // NEW: checks, then the command set's plan
+  void obtain_buffer(Request& r);  // NEED_BUFFER
+  void have_buffer(Request& r);    // -> AWAITING_H2C or READY
+  void execute(Request& r);        // READY -> EXECUTING
+  void release(Request& r);        // -> FREE
+  static void on_slot_buffer(BufferPool::Waiter* w);
+  static void on_reader_buffer(BufferPool::Waiter* w);
+  void schedule_resume();
+  static void on_device_done(storage::Request* req);
+  void device_done(Request& r);
+  void send_r2t(Request& r);
+  static void on_resp_sent(void* ctx, uint64_t index);
+  coalesce::PduClass data_class() const;
+
+  void watch(bool readable, bool writable);
+  void reset_keep_alive();
+  void on_keep_alive_timer();
+  void on_setup_timer();
+  uint32_t inline_limit() const;
+  bool cid_in_use(uint16_t cid) const;
+  void set_cid(uint16_t cid, bool on);
+
+  int fd_;
+  uint64_t id_;
+  Endpoint endpoint_;
+  State state_ = State::kWaitIC;
+  bool closed_ = false;
+  bool close_pending_ = false;  // a TermReq / Disconnect response is on its way out
+  bool want_out_ = false;
+  bool reading_ = true;
+  pdu::Digests digests_;
+  uint32_t sq_entries_ = 1;  // requests the host may have outstanding (1 until Connect)
+  uint16_t sqhd_ = 0;
+  bool sqflow_disabled_ = false;
+  transport::PduReader reader_;
+  transport::SendQueue sendq_;
+  BufferPool& pool_;
+
+  std::vector<std::unique_ptr<Slot>> slots_;  // grown on demand up to sq_entries_
+  std::vector<uint16_t> free_;
+  std::vector<uint64_t> cids_;     // bitmap of command ids outstanding (I/O and admin queues)
+  std::vector<uint16_t> resumed_;  // slots the pool has served, to run from the loop
+  bool resume_scheduled_ = false;
+  ReaderWaiter reader_waiter_;
+  uint8_t* held_buf_ = nullptr;  // the buffer that ended a reader hold, for the capsule
+  uint32_t held_bytes_ = 0;
+  bool reader_ready_ = false;   // the pool served the reader's wait
+  Request* current_ = nullptr;  // the request whose PDU payload is arriving
+  RequestStates states_;
+  uint32_t aer_outstanding_ = 0;
+  uint32_t inflight_io_ = 0;
+  uint64_t commands_ = 0;
+
+  pdu::HeaderSlot ic_hdr_{}, term_hdr_{};
+  Timer ka_timer_;
+  Timer setup_timer_;  // ICReq + Connect deadline; later, the deadline to send a C2HTermReq
+  Nanos last_admin_ = 0;
+};
+
+}  // namespace sens::target

@@ -1,0 +1,155 @@
+// The request state machine of an NVMe/TCP queue: from a capsule's checks to a free slot,
+// through the buffer pool, R2T, the command sets and device I/O (see request.h).
+#include <cstring>
+
+#include "target/target.h"
+#include "target/tcp_queue.h"
+
+namespace sens::target {
+
+namespace st = nvme::status;
+using S = ReqState;
+
+namespace {
+constexpr uint8_t kPsdtMask = 0xC0, kPsdtSglContiguous = 0x40, kFuseMask = 0x03;
+}  // namespace
+
+bool TcpQueue::cid_in_use(uint16_t cid) const {
+  return !cids_.empty() && (cids_[cid >> 6] >> (cid & 63)) & 1;
+}
+
+void TcpQueue::set_cid(uint16_t cid, bool on) {
+  if (cids_.empty()) return;
+  if (on)
+    cids_[cid >> 6] |= uint64_t(1) << (cid & 63);
+  else
+    cids_[cid >> 6] &= ~(uint64_t(1) << (cid & 63));
+}
+
+void TcpQueue::start(Request& r) {
+  if (r.pending_status != st::kSuccess) return complete(r, r.pending_status);
+  const nvme::Sqe& s = r.sqe;
+  // A CID still outstanding: the host has lost track. Its CQE carries the same CID as the
+  // outstanding one, but the first command still runs to completion, intact.
+  if (cid_in_use(s.cid)) return complete(r, st::kCidConflict);
+  set_cid(s.cid, true);
+  r.owns_cid = true;
+  // NVMe/TCP carries data in SGLs only (PSDT 01b), and fused operations are not supported.
+  if ((s.flags & kPsdtMask) != kPsdtSglContiguous || (s.flags & kFuseMask))
+    return complete(r, st::kInvalidField);
+  Plan plan;
+  if (s.opcode == nvme::kFabricsOpcode)
+    plan = fabrics::plan(*this, r);
+  else if (state_ != State::kReady)
+    plan.status = st::kCmdSeqError;
+  else if (qid_ == 0)
+    plan = admin::plan(*this, r);
+  else
+    plan = nvm::plan(*this, r);
+  if (plan.status != st::kSuccess) return complete(r, plan.status, plan.result);
+  r.fetch = plan.fetch && !r.in_capsule;  // in-capsule data is there already
+  if (plan.buffer_bytes > r.buf_bytes) {
+    pool_.put(r.buf, r.buf_bytes);
+    r.buf = nullptr;
+    r.buf_bytes = plan.buffer_bytes;
+    states_.advance(r, S::kNeedBuffer);
+    return obtain_buffer(r);
+  }
+  if (r.fetch) {
+    states_.advance(r, S::kNeedBuffer);  // the buffer is there already: straight on
+    return have_buffer(r);
+  }
+  states_.advance(r, S::kReady);
+  execute(r);
+}
+
+void TcpQueue::obtain_buffer(Request& r) {
+  if ((r.buf = pool_.get(r.buf_bytes)) != nullptr) return have_buffer(r);
+  Slot* slot = slots_[r.index].get();
+  slot->bytes = r.buf_bytes;
+  pool_.wait(slot);  // on_slot_buffer() resumes it
+}
+
+void TcpQueue::on_slot_buffer(BufferPool::Waiter* w) {
+  auto* slot = static_cast<Slot*>(w);
+  slot->req.buf = w->buf;
+  // Resumed from the event loop, not from inside whoever gave the buffer back.
+  slot->queue->resumed_.push_back(slot->req.index);
+  slot->queue->schedule_resume();
+}
+
+void TcpQueue::schedule_resume() {
+  if (resume_scheduled_) return;
+  resume_scheduled_ = true;
+  ctx_.schedule_resume(this);
+}
+
+void TcpQueue::run_resumed() {
+  resume_scheduled_ = false;
+  if (closed_) {
+    resumed_.clear();
+    if (reapable()) ctx_.on_queue_closed();
+    return;
+  }
+  for (size_t i = 0; i < resumed_.size() && !closed_; ++i) {
+    Request& r = slots_[resumed_[i]]->req;
+    if (r.state == S::kNeedBuffer) have_buffer(r);
+  }
+  resumed_.clear();
+  if (!closed_ && reader_.held() && reader_ready_) {
+    reader_ready_ = false;
+    auto status = reader_.resume();
+    handle_read_status(status);
+    if (!closed_ && !reader_.held() && state_ != State::kClosing) watch(true, want_out_);
+  }
+}
+
+void TcpQueue::have_buffer(Request& r) {
+  if (r.fetch) {
+    states_.advance(r, S::kAwaitingH2C);
+    return send_r2t(r);
+  }
+  states_.advance(r, S::kReady);
+  execute(r);
+}
+
+void TcpQueue::execute(Request& r) {
+  states_.advance(r, S::kExecuting);
+  if (r.sqe.opcode == nvme::kFabricsOpcode) return fabrics::execute(*this, r);
+  if (qid_ == 0) return admin::execute(*this, r);
+  nvm::execute(*this, r);
+}
+
+void TcpQueue::submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) {
+  states_.advance(r, S::kWaitingDevice);
+  r.io.op = op;
+  r.io.offset = offset;
+  r.io.length = len;
+  r.io.buf = buf;
+  r.io.result = 0;
+  if (op != storage::Op::kWrite && op != storage::Op::kWriteZeroes) r.io.fua = false;
+  ++inflight_io_;
+  storage::Queue* q = ctx_.queue_for(r.ns);
+  q->submit(&r.io);  // memory devices complete inside; the request may be gone after this
+  ctx_.schedule_kick(q);
+}
+
+void TcpQueue::on_device_done(storage::Request* req) {
+  auto* slot = static_cast<Slot*>(req->user);
+  slot->queue->device_done(slot->req);
+}
+
+void TcpQueue::device_done(Request& r) {
+  --inflight_io_;
+  states_.advance(r, S::kExecuting);
+  if (closed_) {
+    pool_.put(r.buf, r.buf_bytes);
+    r.buf = nullptr;
+    if (reapable()) ctx_.on_queue_closed();
+    return;
+  }
+  if (r.sqe.opcode == nvme::kFabricsOpcode) return fabrics::device_done(*this, r);
+  nvm::device_done(*this, r);
+}
+
+}  // namespace sens::target

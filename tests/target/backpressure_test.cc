@@ -1,0 +1,136 @@
+// A target whose buffer pool is far smaller than what the host asks for at once: commands
+// wait for buffers (and the reader for in-capsule data) instead of failing.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "target/buffer_pool.h"
+#include "target_fixture.h"
+
+namespace sens::testing {
+namespace {
+
+using nvme::Xfer;
+
+TEST(BufferPool, BoundFifoAndReuse) {
+  target::BufferPool pool(64 * 1024, 16 * 1024);
+  EXPECT_EQ(pool.class_bytes(1), 4096u);
+  EXPECT_EQ(pool.class_bytes(5000), 8192u);
+  std::vector<uint8_t*> held;
+  for (int i = 0; i < 4; ++i) {
+    uint8_t* b = pool.get(16 * 1024);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 4096, 0u);
+    held.push_back(b);
+  }
+  EXPECT_EQ(pool.get(4096), nullptr) << "beyond the bound";
+  struct W : target::BufferPool::Waiter {
+    int* order;
+    int id;
+  };
+  int order[2] = {-1, -1}, served = 0;
+  W a, b;
+  for (W* w : {&a, &b}) {
+    w->bytes = w == &a ? 16 * 1024 : 4096;
+    w->id = w == &a ? 0 : 1;
+    w->order = order;
+    w->ready = [](target::BufferPool::Waiter* x) {
+      auto* me = static_cast<W*>(x);
+      me->order[me->id] = me->order[0] == -1 && me->order[1] == -1 ? 0 : 1;
+    };
+    pool.wait(w);
+  }
+  EXPECT_EQ(pool.stats().waiting, 2u);
+  EXPECT_EQ(pool.get(4096), nullptr) << "no overtaking the waiters";
+  pool.put(held.back(), 16 * 1024);
+  held.pop_back();
+  served = (order[0] != -1) + (order[1] != -1);
+  EXPECT_EQ(served, 1) << "the first waiter gets the 16 KiB buffer";
+  EXPECT_EQ(order[0], 0);
+  ASSERT_NE(a.buf, nullptr);
+  // The second waiter (4 KiB) needs a cached 16 KiB buffer to be given back to the system.
+  pool.put(held.back(), 16 * 1024);
+  held.pop_back();
+  EXPECT_EQ(order[1], 1);
+  ASSERT_NE(b.buf, nullptr);
+  EXPECT_LE(pool.stats().allocated_bytes, 64u * 1024);
+  pool.put(a.buf, 16 * 1024);
+  pool.put(b.buf, 4096);
+  for (auto* h : held) pool.put(h, 16 * 1024);
+  EXPECT_EQ(pool.stats().in_use_bytes, 0u);
+}
+
+class SmallPoolTest : public TargetFixture {
+ protected:
+  target::TargetConfig config() override {
+    auto c = test_config();
+    c.buffer_pool = 4 * kMaxIo;  // 512 KiB: four largest I/Os
+    return c;
+  }
+};
+
+TEST_F(SmallPoolTest, CommandsWaitForBuffersAndAllComplete) {
+  Session s;
+  s.io.set_rcvbuf(64 * 1024);
+  ASSERT_EQ(s.open(port_, kNqn, 0, 0, /*io_sqsize=*/127), "");
+  // 1 MiB of known data.
+  for (uint32_t i = 0; i < 8; ++i)
+    ASSERT_EQ(write_read(s.io, uint64_t(i) * (kMaxIo / 512), kMaxIo, 100 + i, false), "");
+  // 48 reads of 128 KiB (6 MiB wanted at once: 12x the pool) and, behind them, 32 in-capsule
+  // writes whose data must wait for buffers, all in one send; nothing read back yet.
+  constexpr int kReads = 48, kWrites = 32;
+  std::vector<uint8_t> stream;
+  auto wdata = pattern(kInline, 7);
+  for (int i = 0; i < kReads; ++i) {
+    auto sqe = nvme::make_io(nvme::io_op::kRead, 1, uint64_t(i % 8) * (kMaxIo / 512), kMaxIo / 512,
+                             Xfer::kTransport, kMaxIo);
+    sqe.cid = uint16_t(1000 + i);
+    auto c = s.io.capsule_bytes(sqe);
+    stream.insert(stream.end(), c.begin(), c.end());
+  }
+  for (int i = 0; i < kWrites; ++i) {
+    auto sqe = nvme::make_io(nvme::io_op::kWrite, 1, 4096 + uint64_t(i) * (kInline / 512),
+                             kInline / 512, Xfer::kInCapsule, kInline);
+    sqe.cid = uint16_t(2000 + i);
+    auto c = s.io.capsule_bytes(sqe, wdata.data(), kInline);
+    stream.insert(stream.end(), c.begin(), c.end());
+  }
+  ASSERT_TRUE(s.io.send_bytes(stream));
+  std::vector<std::vector<uint8_t>> back(kReads, std::vector<uint8_t>(kMaxIo));
+  int reads = 0, writes = 0;
+  while (reads + writes < kReads + kWrites) {
+    Pdu p;
+    ASSERT_EQ(s.io.recv_pdu(&p), RecvStatus::kOk) << s.io.last_error();
+    if (p.type() == uint8_t(pdu::Type::kC2HData)) {
+      auto d = p.as<pdu::DataHeader>();
+      ASSERT_GE(d.cccid, 1000);
+      ASSERT_LT(d.cccid, 1000 + kReads);
+      ASSERT_LE(uint64_t(d.datao) + d.datal, kMaxIo);
+      std::memcpy(back[d.cccid - 1000].data() + d.datao, p.data(), d.datal);
+      continue;
+    }
+    ASSERT_EQ(p.type(), uint8_t(pdu::Type::kCapsuleResp));
+    auto cqe = p.as<pdu::CapsuleResp>().cqe;
+    EXPECT_TRUE(cqe.ok()) << "cid " << cqe.cid << " status 0x" << std::hex << cqe.status_code();
+    (cqe.cid >= 2000 ? writes : reads)++;
+  }
+  for (int i = 0; i < kReads; ++i)
+    EXPECT_EQ(first_difference(pattern(kMaxIo, 100 + i % 8), back[i]), -1) << "read " << i;
+  for (int i = 0; i < kWrites; i += 7) {
+    std::vector<uint8_t> got(kInline);
+    Result r = s.io.exec(nvme::make_io(nvme::io_op::kRead, 1, 4096 + uint64_t(i) * (kInline / 512),
+                                       kInline / 512, Xfer::kTransport, kInline),
+                         nullptr, 0, got.data(), kInline);
+    ASSERT_TRUE(r.ok()) << r.describe();
+    EXPECT_EQ(first_difference(wdata, got), -1) << "write " << i;
+  }
+  auto stats = target_->stats_json();
+  auto& pool = stats["reactors"][0]["buffer_pool"];
+  EXPECT_GT(pool.value("waits", 0), 0) << pool.dump();
+  EXPECT_LE(pool.value("allocated_bytes", uint64_t(0)), 4u * kMaxIo) << pool.dump();
+  EXPECT_EQ(pool.value("in_use_bytes", uint64_t(1)), 0u) << pool.dump();
+}
+
+}  // namespace
+}  // namespace sens::testing

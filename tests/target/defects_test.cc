@@ -1,0 +1,203 @@
+// Regression tests for defects a production host met (issue 10): each failed before its fix.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "target_fixture.h"
+
+namespace sens::testing {
+namespace {
+
+namespace st = nvme::status;
+using nvme::Xfer;
+
+// The Linux host's block layer sends Dataset Management with a 4 KiB buffer (room for all 256
+// ranges) and NR = ranges - 1; the target used to insist on NR x 16 bytes and failed every
+// blkdiscard / mkfs discard with Data SGL Length Invalid.
+TEST_F(TargetFixture, DeallocateWithLinuxSized4KiBBuffer) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  ASSERT_EQ(write_read(s.io, 64, 65536, 5, false), "");
+  for (Xfer xfer : {Xfer::kTransport, Xfer::kInCapsule}) {
+    std::vector<uint8_t> buf(4096, 0xEE);  // unused ranges hold garbage, as they may
+    nvme::DsmRange range{0, 16, 64};
+    std::memcpy(buf.data(), &range, sizeof(range));
+    auto sqe = nvme::make_dsm_deallocate(1, 1, xfer);
+    sqe.sgl.length = 4096;
+    Result d = s.io.exec(sqe, buf.data(), 4096);
+    ASSERT_TRUE(d.ok()) << (xfer == Xfer::kTransport ? "R2T: " : "in-capsule: ") << d.describe();
+    std::vector<uint8_t> back(8192);
+    Result r = s.io.exec(nvme::make_io(nvme::io_op::kRead, 1, 64, 16, Xfer::kTransport, 8192),
+                         nullptr, 0, back.data(), 8192);
+    ASSERT_TRUE(r.ok()) << r.describe();
+    EXPECT_EQ(first_difference(std::vector<uint8_t>(8192, 0), back), -1);
+    ASSERT_EQ(write_read(s.io, 64, 65536, 6, false), "");
+  }
+  // Fewer bytes than NR ranges need, or more than 256 ranges' worth: still an error.
+  std::vector<uint8_t> buf(8192, 0);
+  auto sqe = nvme::make_dsm_deallocate(1, 2, Xfer::kTransport);
+  sqe.sgl.length = 16;
+  Result e = s.io.exec(sqe, buf.data(), 16);
+  EXPECT_EQ(e.status(), st::kSglInvalidDataLength) << e.describe();
+  sqe.sgl.length = 8192;
+  e = s.io.exec(sqe, buf.data(), 8192);
+  EXPECT_EQ(e.status(), st::kSglInvalidDataLength) << e.describe();
+}
+
+// Before CC.EN = 1 a controller executes no admin command, and its I/O queues nothing.
+TEST_F(TargetFixture, CommandsBeforeEnableAreSequenceErrors) {
+  RawClient admin, io;
+  ASSERT_TRUE(admin.connect(port_));
+  ASSERT_TRUE(admin.ic(0));
+  Result r = admin.connect_queue(0, kNqn);
+  ASSERT_TRUE(r.ok()) << r.describe();
+  uint16_t cntlid = uint16_t(r.cqe.dw0);
+  nvme::IdentifyController idc{};
+  r = admin.exec(nvme::make_identify(1, 0), nullptr, 0, &idc, sizeof(idc));
+  EXPECT_EQ(r.status(), st::kCmdSeqError) << r.describe();
+  // Property Get works (it is how a host enables the controller).
+  r = admin.exec(nvme::make_property_get(nvme::reg::kCsts, false));
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(r.cqe.dw0 & 1, 0u) << "CSTS.RDY before CC.EN";
+  ASSERT_TRUE(io.connect(port_));
+  ASSERT_TRUE(io.ic(0));
+  ASSERT_TRUE(io.connect_queue(1, kNqn, cntlid).ok());
+  std::vector<uint8_t> back(4096);
+  r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 0, 8, Xfer::kTransport, 4096), nullptr, 0,
+              back.data(), 4096);
+  EXPECT_EQ(r.status(), st::kCmdSeqError) << r.describe();
+  // Enabled: both run.
+  ASSERT_TRUE(admin.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
+  r = admin.exec(nvme::make_identify(1, 0), nullptr, 0, &idc, sizeof(idc));
+  EXPECT_TRUE(r.ok()) << r.describe();
+  r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 0, 8, Xfer::kTransport, 4096), nullptr, 0,
+              back.data(), 4096);
+  EXPECT_TRUE(r.ok()) << r.describe();
+}
+
+// PSDT must say SGL (NVMe/TCP has no PRPs) and fused operations are not supported.
+TEST_F(TargetFixture, PsdtAndFuseAreChecked) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  std::vector<uint8_t> back(4096);
+  auto read = nvme::make_io(nvme::io_op::kRead, 1, 0, 8, Xfer::kTransport, 4096);
+  for (uint8_t flags :
+       {uint8_t(0x00), uint8_t(0x80), uint8_t(0xC0), uint8_t(0x41), uint8_t(0x42)}) {
+    auto sqe = read;
+    sqe.flags = flags;
+    Result r = s.io.exec(sqe, nullptr, 0, back.data(), 4096);
+    EXPECT_EQ(r.status(), st::kInvalidField)
+        << "flags 0x" << std::hex << int(flags) << ": " << r.describe();
+  }
+  EXPECT_TRUE(s.io.exec(read, nullptr, 0, back.data(), 4096).ok());
+}
+
+// A command whose CID is still outstanding is refused with Command ID Conflict; the
+// outstanding one is untouched and its CID is usable again once it completes.
+TEST_F(TargetFixture, DuplicateOutstandingCidIsAConflict) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  auto aer = nvme::make_async_event();  // stays outstanding until an event
+  aer.cid = 900;
+  ASSERT_TRUE(s.admin.send_bytes(s.admin.capsule_bytes(aer)));
+  auto ka = nvme::make_keep_alive();
+  ka.cid = 900;
+  Result r = s.admin.exec(ka, nullptr, 0, nullptr, 0, /*keep_cid=*/true);
+  ASSERT_TRUE(r.have_cqe) << r.describe();
+  EXPECT_EQ(r.status(), st::kCidConflict) << r.describe();
+  ka.cid = 901;
+  EXPECT_TRUE(s.admin.exec(ka, nullptr, 0, nullptr, 0, true).ok());
+  // On an I/O queue: two reads with one CID pipelined in one send; a completed CID is free.
+  std::vector<uint8_t> back(4096);
+  auto rd = nvme::make_io(nvme::io_op::kRead, 1, 0, 8, Xfer::kTransport, 4096);
+  rd.cid = 5;
+  EXPECT_TRUE(s.io.exec(rd, nullptr, 0, back.data(), 4096, true).ok());
+  EXPECT_TRUE(s.io.exec(rd, nullptr, 0, back.data(), 4096, true).ok()) << "CID 5 reused";
+}
+
+// Shutdown (CC.SHN) reports complete in CSTS.SHST once the namespaces are flushed.
+TEST_F(TargetFixture, ShutdownCompletes) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  ASSERT_EQ(write_read(s.io, 0, 8192, 3, true), "");
+  Result r = s.admin.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001 | (1u << 14), false));
+  ASSERT_TRUE(r.ok()) << r.describe();
+  r = s.admin.exec(nvme::make_property_get(nvme::reg::kCsts, false));
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ((r.cqe.dw0 >> 2) & 3, 2u) << "SHST: shutdown complete";
+}
+
+// The Commands Supported and Effects log (05h) lists what the Linux host passes through.
+TEST_F(TargetFixture, CommandEffectsLog) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  std::vector<uint32_t> page(1024);
+  Result r = s.admin.exec(nvme::make_get_log_page(0x05, 0, 4096, 0), nullptr, 0, page.data(), 4096);
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(page[nvme::admin_op::kIdentify] & 1, 1u);
+  EXPECT_EQ(page[256 + nvme::io_op::kRead], 1u);
+  EXPECT_EQ(page[256 + nvme::io_op::kWrite], 3u) << "CSUPP | LBCC";
+  EXPECT_EQ(page[256 + 0x7F], 0u);
+}
+
+// A Disconnect behind reads that fill the socket: its response still arrives (after the
+// data), and only then does the target close.
+TEST_F(TargetFixture, DisconnectResponseSurvivesAFullSocket) {
+  Session s;
+  s.io.set_rcvbuf(16 * 1024);
+  ASSERT_EQ(s.open(port_, kNqn, 0, 0, 127), "");
+  std::vector<uint8_t> stream;
+  for (int i = 0; i < 32; ++i) {
+    auto sqe = nvme::make_io(nvme::io_op::kRead, 1, 0, kMaxIo / 512, Xfer::kTransport, kMaxIo);
+    sqe.cid = uint16_t(10 + i);
+    auto c = s.io.capsule_bytes(sqe);
+    stream.insert(stream.end(), c.begin(), c.end());
+  }
+  auto disc = nvme::make_disconnect();
+  disc.cid = 99;
+  auto d = s.io.capsule_bytes(disc);
+  stream.insert(stream.end(), d.begin(), d.end());
+  ASSERT_TRUE(s.io.send_bytes(stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the target meets a full socket
+  int reads = 0;
+  bool disconnected = false;
+  for (;;) {
+    Pdu p;
+    RecvStatus st = s.io.recv_pdu(&p);
+    if (st != RecvStatus::kOk) break;
+    if (p.type() != uint8_t(pdu::Type::kCapsuleResp)) continue;
+    auto cqe = p.as<pdu::CapsuleResp>().cqe;
+    if (cqe.cid == 99) {
+      EXPECT_TRUE(cqe.ok());
+      disconnected = true;
+    } else {
+      ++reads;
+    }
+  }
+  EXPECT_TRUE(disconnected) << "the Disconnect response was lost";
+  EXPECT_EQ(reads, 32);
+}
+
+// The stats JSON says where each request of a queue is: an outstanding Asynchronous Event
+// Request shows as "aer".
+TEST_F(TargetFixture, StatsShowRequestStates) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  auto aer = nvme::make_async_event();
+  aer.cid = 500;
+  ASSERT_TRUE(s.admin.send_bytes(s.admin.capsule_bytes(aer)));
+  nlohmann::json stats;
+  for (int i = 0; i < 200; ++i) {
+    stats = target_->stats_json();
+    if (stats["reactors"][0]["requests"].value("aer", 0) == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(stats["reactors"][0]["requests"].value("aer", 0), 1) << stats["reactors"].dump();
+  EXPECT_EQ(stats["reactors"][0]["requests"].value("bad_transitions", 0), 0);
+}
+
+}  // namespace
+}  // namespace sens::testing
