@@ -46,6 +46,7 @@ int check_request(const Request& req, uint64_t device_size, uint32_t block_size,
   if (req.length == 0 || req.offset % block_size != 0 || req.length % block_size != 0)
     return -EINVAL;
   if (req.offset > device_size || req.length > device_size - req.offset) return -EINVAL;
+  if ((req.op == Op::kRead || req.op == Op::kWrite) && req.length > kMaxTransfer) return -EINVAL;
   return 0;
 }
 

@@ -10,16 +10,22 @@ namespace sens::storage {
 
 enum class Op : uint8_t { kRead, kWrite, kFlush, kWriteZeroes, kDiscard };
 
+// Reads and writes move at most this many bytes (through the caller's buffer); zeroing and
+// discarding may cover any range of the device.
+inline constexpr uint64_t kMaxTransfer = UINT32_MAX;
+
 // One device I/O. Owned by the caller (preallocated per command slot); never allocated per I/O.
 struct Request {
   Op op = Op::kRead;
-  bool fua = false;      // write through the device's volatile cache
-  uint64_t offset = 0;   // bytes; a multiple of block_size()
-  uint32_t length = 0;   // bytes; a multiple of block_size() (0 for kFlush)
-  void* buf = nullptr;   // read destination / write source; aligned to 4096 for file devices
-  int result = 0;        // set on completion: 0 or -errno
+  bool fua = false;     // kWrite, kWriteZeroes: durable (past any volatile cache) on completion
+  uint64_t offset = 0;  // bytes; a multiple of block_size()
+  uint64_t length = 0;  // bytes; a multiple of block_size() (0 for kFlush); at most
+                        // kMaxTransfer for kRead and kWrite
+  void* buf = nullptr;  // read destination / write source; aligned to 4096 for file devices
+  int result = 0;       // set on completion: 0 or -errno
   void (*on_complete)(Request*) = nullptr;
-  void* user = nullptr;  // the caller's context for on_complete
+  void* user = nullptr;     // the caller's context for on_complete
+  Request* next = nullptr;  // the queue's own link while the request waits for room
 };
 
 // A per-thread submission path. Memory backends complete inside submit(); io_uring-backed ones
@@ -27,7 +33,9 @@ struct Request {
 class Queue {
  public:
   virtual ~Queue() = default;
-  // Queues (or performs) `req`. The caller keeps `req` alive until on_complete runs.
+  // Queues (or performs) `req`. The caller keeps `req` alive until on_complete runs. Never
+  // refuses a request for lack of room: past the queue's depth, requests wait (in order) and
+  // start as earlier ones complete.
   virtual void submit(Request* req) = 0;
   // Hands every request queued since the last kick() to the device in one system call.
   virtual void kick() {}
@@ -38,8 +46,12 @@ class Queue {
   // Whether reap() would find a completion, checked without a system call (for pollers). A
   // poller must still call reap() when event_fd() is readable, since reap() also clears it.
   virtual bool ready() const { return false; }
-  // Requests submitted and not yet completed.
+  // Requests submitted and not yet completed (waiting ones included).
   virtual unsigned inflight() const { return 0; }
+  // How many requests so far had to wait for room because the queue was at its depth.
+  virtual uint64_t waited() const { return 0; }
+  // How many times the kernel refused work for now (-EAGAIN, -EBUSY) and it was tried again.
+  virtual uint64_t retried() const { return 0; }
 };
 
 // Checks the syntax of a namespace spec without opening anything: "" or the precise error
@@ -59,12 +71,13 @@ class Device {
   virtual uint32_t block_size() const = 0;  // the logical block (LBA) size
   virtual bool read_only() const { return false; }
   virtual std::string describe() const = 0;  // "ram 1 GiB", "file /dev/sdb (512 B blocks)"
-  // Whether a deallocated (discarded) block reads as zeroes afterwards (Identify DLFEAT).
-  virtual bool discard_zeroes() const { return false; }
   // Whether the device has a volatile write cache (so FLUSH/FUA matter).
   virtual bool volatile_cache() const { return false; }
+  // Whether a block reads as zeroes after kDiscard, always (what NVMe's DLFEAT reports). When
+  // false, a discarded block may read as its old data or anything else.
+  virtual bool discard_zeroes() const { return false; }
 
-  // A queue for one thread, able to hold `depth` requests in flight.
+  // A queue for one thread, with up to `depth` requests in the device at once (more wait).
   virtual std::unique_ptr<Queue> make_queue(unsigned depth) = 0;
 
   // For memory-resident devices: the bytes [offset, offset + len) themselves, so that a read
@@ -75,7 +88,8 @@ class Device {
     return nullptr;
   }
 
-  // Makes every completed write durable (at shutdown). Returns 0 or -errno.
+  // Makes every completed write, zeroing and discard durable (at shutdown, CC.SHN): fdatasync
+  // for files. Returns 0 or -errno.
   virtual int sync() { return 0; }
 };
 

@@ -43,6 +43,12 @@ class FileDevice final : public Device {
   uint32_t block_size() const override { return block_size_; }
   bool read_only() const override { return read_only_; }
   bool volatile_cache() const override { return true; }
+  // A regular file's discard is FALLOC_FL_PUNCH_HOLE, and a hole reads as zeroes (where the
+  // filesystem cannot punch holes, the range is written with zeroes instead). A block device
+  // turns PUNCH_HOLE into Write Zeroes with unmap when the hardware has that command, but
+  // when it does not the discard does nothing (the blocks keep their data, which is allowed and
+  // far cheaper than writing zeroes), and which of the two happens is not known up front.
+  bool discard_zeroes() const override { return !is_block_device_; }
   std::string describe() const override {
     std::string text = "file " + path_ + " (" + format_size(size_) + ", " +
                        std::to_string(block_size_) + " B blocks";
@@ -80,17 +86,21 @@ class FailedQueue final : public Queue {
   int error_;
 };
 
+// A request goes through the ring carried by an Operation. There are at most `depth` of them, and
+// each has at most one entry prepared or in the kernel at a time, so a ring of `depth` entries
+// never runs out. Requests past the depth wait in a FIFO (linked through Request::next, so
+// nothing is allocated) and take over the operations that completions free, in order.
 class FileQueue final : public Queue {
  public:
-  FileQueue(FileDevice& device, unsigned depth) : device_(device), ops_(std::max(depth, 1u)) {
-    for (size_t i = 0; i + 1 < ops_.size(); ++i) ops_[i].next_free = &ops_[i + 1];
+  FileQueue(FileDevice& device, unsigned depth)
+      : device_(device), ops_(std::clamp(depth, 1u, kMaxRingEntries)) {
+    for (size_t i = 0; i + 1 < ops_.size(); ++i) ops_[i].next = &ops_[i + 1];
     free_ = &ops_[0];
   }
 
   // Returns 0 or -errno.
   int init() {
-    unsigned entries = std::min<unsigned>(unsigned(ops_.size()), kMaxRingEntries);
-    int rc = io_uring_queue_init(entries, &ring_, 0);
+    int rc = io_uring_queue_init(unsigned(ops_.size()), &ring_, 0);
     if (rc < 0) return rc;
     ring_ready_ = true;
     event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -99,16 +109,18 @@ class FileQueue final : public Queue {
   }
 
   ~FileQueue() override {
-    // The kernel may still write into the callers' buffers: wait for every request, but call
-    // nobody back, since the callers are being torn down too.
+    // The kernel may still write into the callers' buffers: wait for every entry it was given,
+    // but call nobody back, since the callers are being torn down too. Waiting requests never
+    // reached the kernel and are simply dropped.
     if (ring_ready_) {
-      unsubmitted_ = 0;
-      io_uring_submit(&ring_);
-      while (inflight_ > 0) {
+      while (owed_cqes_ > 0) {
+        int rc = io_uring_submit_and_wait(&ring_, 1);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) break;
         io_uring_cqe* cqe = nullptr;
-        if (io_uring_wait_cqe(&ring_, &cqe) != 0) break;
-        io_uring_cqe_seen(&ring_, cqe);
-        --inflight_;
+        while (owed_cqes_ > 0 && io_uring_peek_cqe(&ring_, &cqe) == 0) {
+          io_uring_cqe_seen(&ring_, cqe);
+          --owed_cqes_;
+        }
       }
       io_uring_queue_exit(&ring_);
     }
@@ -117,140 +129,211 @@ class FileQueue final : public Queue {
 
   void submit(Request* req) override {
     int rc = check_request(*req, device_.size(), device_.block_size(), device_.read_only());
-    if (rc == 0 && free_ == nullptr) rc = -EBUSY;  // more than `depth` requests in flight
     if (rc != 0) {
       req->result = rc;
       if (req->on_complete) req->on_complete(req);
       return;
     }
-    Operation* op = free_;
-    free_ = op->next_free;
-    op->req = req;
-    op->done = 0;
-    op->zero_fill = false;
-    ++inflight_;
-    if (!prepare(op)) finish(op, -EBUSY);
+    ++requests_;
+    if (free_ != nullptr && waiting_head_ == nullptr) {
+      Operation* op = free_;
+      free_ = op->next;
+      start(op, req);
+      return;
+    }
+    // At the depth: wait behind the others for an operation to be freed.
+    req->next = nullptr;
+    if (waiting_tail_ != nullptr) {
+      waiting_tail_->next = req;
+    } else {
+      waiting_head_ = req;
+    }
+    waiting_tail_ = req;
+    ++waited_;
   }
 
-  void kick() override {
-    if (unsubmitted_ > 0) submit_prepared();
-  }
+  void kick() override { submit_prepared(); }
 
   int reap() override {
     uint64_t count;
     // Cleared before draining: a completion posted after this read signals the eventfd again.
     (void)!::read(event_fd_, &count, sizeof count);
+    retry_signalled_ = false;
     int finished = 0;
     io_uring_cqe* cqe = nullptr;
     while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
       auto* op = static_cast<Operation*>(io_uring_cqe_get_data(cqe));
       int res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
+      --owed_cqes_;
       finished += handle_completion(op, res);
     }
-    // Remainders of short transfers and zero-fill steps prepared above.
-    if (unsubmitted_ > 0) submit_prepared();
+    // Next steps, retries and waiting requests started above: one system call for them all.
+    submit_prepared();
     return finished;
   }
 
   int event_fd() const override { return event_fd_; }
-  bool ready() const override { return io_uring_cq_ready(&ring_) > 0; }
-  unsigned inflight() const override { return inflight_; }
+  bool ready() const override { return io_uring_cq_ready(&ring_) > 0 || retry_signalled_; }
+  unsigned inflight() const override { return requests_; }
+  uint64_t waited() const override { return waited_; }
+  uint64_t retried() const override { return retried_; }
 
  private:
-  struct Operation {
-    Request* req = nullptr;
-    uint64_t done = 0;       // bytes transferred so far (reads, writes, zero fill)
-    bool zero_fill = false;  // zeroing by writes, where the filesystem cannot zero a range
-    Operation* next_free = nullptr;
+  enum class Step : uint8_t {
+    kMain,      // the request's own operation
+    kZeroFill,  // zeroing by writes, where the filesystem cannot zero a range
+    kSync,      // fdatasync after a FUA Write Zeroes, so the zeroes are durable on completion
   };
 
-  io_uring_sqe* get_sqe() {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    if (sqe == nullptr) {  // the ring is full: hand what it holds to the kernel first
-      submit_prepared();
-      sqe = io_uring_get_sqe(&ring_);
-    }
-    return sqe;
+  struct Operation {
+    Request* req = nullptr;
+    uint64_t done = 0;  // bytes transferred so far (reads, writes, zero fill)
+    Step step = Step::kMain;
+    Operation* next = nullptr;  // in the free list or the stalled list
+  };
+
+  void start(Operation* op, Request* req) {
+    op->req = req;
+    op->done = 0;
+    op->step = Step::kMain;
+    prepare(op);
   }
 
+  // Hands what the ring holds to the kernel. A transient refusal (-EAGAIN, -EBUSY) leaves the
+  // entries in the ring; the eventfd is then signalled so that the caller's reap() retries, even
+  // when nothing is in flight whose completion would wake it.
   void submit_prepared() {
+    while (stalled_head_ != nullptr && io_uring_sq_space_left(&ring_) > 0) {
+      Operation* op = stalled_head_;
+      stalled_head_ = op->next;
+      if (stalled_head_ == nullptr) stalled_tail_ = nullptr;
+      prepare(op);
+    }
+    if (io_uring_sq_ready(&ring_) == 0) return;
     int rc = io_uring_submit(&ring_);
-    if (rc >= 0) {
-      unsubmitted_ = 0;
-    } else if (rc != -EAGAIN && rc != -EBUSY && rc != -EINTR) {
+    if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR) {
       LOG_ERROR("io_uring_submit: %s", std::strerror(-rc));
-    }  // transient refusals are retried by the next kick() or reap()
+      return;  // a broken ring: the next kick() or reap() tries again
+    }
+    if (io_uring_sq_ready(&ring_) > 0 && !retry_signalled_) {
+      ++retried_;
+      uint64_t one = 1;
+      (void)!::write(event_fd_, &one, sizeof one);
+      retry_signalled_ = true;
+    }
   }
 
-  bool prepare(Operation* op) {
-    io_uring_sqe* sqe = get_sqe();
-    if (sqe == nullptr) return false;
+  void prepare(Operation* op) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      // Cannot happen while each operation holds at most one entry of a ring as deep as their
+      // number; should it, the operation waits for room instead of failing.
+      op->next = nullptr;
+      if (stalled_tail_ != nullptr) {
+        stalled_tail_->next = op;
+      } else {
+        stalled_head_ = op;
+      }
+      stalled_tail_ = op;
+      return;
+    }
     Request& r = *op->req;
     int fd = device_.fd();
     uint64_t offset = r.offset + op->done;
-    uint32_t remaining = uint32_t(r.length - op->done);
-    if (op->zero_fill) {
-      io_uring_prep_write(sqe, fd, zero_region(), std::min<uint32_t>(remaining, kZeroRegionSize),
-                          offset);
-      if (r.fua) sqe->rw_flags = RWF_DSYNC;
-    } else {
-      switch (r.op) {
-        case Op::kRead:
-          io_uring_prep_read(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done, remaining, offset);
-          break;
-        case Op::kWrite:
-          io_uring_prep_write(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done, remaining, offset);
-          if (r.fua) sqe->rw_flags = RWF_DSYNC;
-          break;
-        case Op::kFlush:
-          io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
-          break;
-        case Op::kWriteZeroes:
-          io_uring_prep_fallocate(sqe, fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
-                                  off_t(r.offset), off_t(r.length));
-          break;
-        case Op::kDiscard:
-          io_uring_prep_fallocate(sqe, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                                  off_t(r.offset), off_t(r.length));
-          break;
-      }
+    uint64_t remaining = r.length - op->done;  // reads and writes: at most kMaxTransfer
+    switch (op->step) {
+      case Step::kZeroFill:
+        io_uring_prep_write(sqe, fd, zero_region(),
+                            unsigned(std::min<uint64_t>(remaining, kZeroRegionSize)), offset);
+        if (r.fua) sqe->rw_flags = RWF_DSYNC;
+        break;
+      case Step::kSync:
+        io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+        break;
+      case Step::kMain:
+        switch (r.op) {
+          case Op::kRead:
+            io_uring_prep_read(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done,
+                               unsigned(remaining), offset);
+            break;
+          case Op::kWrite:
+            io_uring_prep_write(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done,
+                                unsigned(remaining), offset);
+            if (r.fua) sqe->rw_flags = RWF_DSYNC;
+            break;
+          case Op::kFlush:
+            io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+            break;
+          // fallocate takes a 64-bit length (in sqe->addr): one entry for any range.
+          case Op::kWriteZeroes:
+            io_uring_prep_fallocate(sqe, fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+                                    off_t(r.offset), off_t(r.length));
+            break;
+          case Op::kDiscard:
+            io_uring_prep_fallocate(sqe, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                    off_t(r.offset), off_t(r.length));
+            break;
+        }
+        break;
     }
     io_uring_sqe_set_data(sqe, op);
-    ++unsubmitted_;
-    return true;
+    ++owed_cqes_;
   }
 
   // Returns 1 when the request finished, 0 when it goes on with another step.
   int handle_completion(Operation* op, int res) {
     Request& r = *op->req;
-    bool transfer = op->zero_fill || r.op == Op::kRead || r.op == Op::kWrite;
-    if (transfer && res > 0) {
+    if (res == -EAGAIN || res == -EBUSY) {  // the kernel had no room for it now: again
+      ++retried_;
+      prepare(op);
+      return 0;
+    }
+    bool transfer = op->step == Step::kZeroFill || r.op == Op::kRead || r.op == Op::kWrite;
+    if (transfer) {
+      if (res < 0) return finish(op, res);
+      if (res == 0) return finish(op, -EIO);  // no progress: never report success
       op->done += uint64_t(res);
       if (op->done < r.length) {  // a short transfer: go on with the remainder
-        if (prepare(op)) return 0;
-        return finish(op, -EBUSY);
+        prepare(op);
+        return 0;
       }
       return finish(op, 0);
     }
-    if (transfer && res == 0) return finish(op, -EIO);  // no progress: never report success
+    if (op->step != Step::kMain) return finish(op, res);  // kSync
+    if (res == 0 && r.op == Op::kWriteZeroes && r.fua) {
+      // fallocate's zeroes may still be only in the filesystem's unwritten metadata or in the
+      // device's volatile cache: the fdatasync that follows makes them durable. The zero-fill
+      // fallback below needs none, its writes are RWF_DSYNC.
+      op->step = Step::kSync;
+      prepare(op);
+      return 0;
+    }
     if (res == -EOPNOTSUPP && (r.op == Op::kWriteZeroes || r.op == Op::kDiscard)) {
       // Discarded blocks of a block device may read as anything, so nothing more is owed.
       if (r.op == Op::kDiscard && device_.is_block_device()) return finish(op, 0);
-      op->zero_fill = true;
+      op->step = Step::kZeroFill;
       op->done = 0;
-      if (prepare(op)) return 0;
-      return finish(op, -EBUSY);
+      prepare(op);
+      return 0;
     }
     return finish(op, res);
   }
 
+  // Completes the request; its operation goes to the first waiting request, if any.
   int finish(Operation* op, int result) {
     Request* req = op->req;
-    op->req = nullptr;
-    op->next_free = free_;
-    free_ = op;
-    --inflight_;
+    --requests_;
+    if (Request* next = waiting_head_) {
+      waiting_head_ = next->next;
+      if (waiting_head_ == nullptr) waiting_tail_ = nullptr;
+      next->next = nullptr;
+      start(op, next);
+    } else {
+      op->req = nullptr;
+      op->next = free_;
+      free_ = op;
+    }
     req->result = result;
     if (req->on_complete) req->on_complete(req);
     return 1;
@@ -262,8 +345,15 @@ class FileQueue final : public Queue {
   int event_fd_ = -1;
   std::vector<Operation> ops_;
   Operation* free_ = nullptr;
-  unsigned inflight_ = 0;
-  unsigned unsubmitted_ = 0;
+  Operation* stalled_head_ = nullptr;  // operations owed an entry the ring did not have
+  Operation* stalled_tail_ = nullptr;
+  Request* waiting_head_ = nullptr;  // requests past the depth, oldest first
+  Request* waiting_tail_ = nullptr;
+  unsigned requests_ = 0;   // submitted, not yet completed
+  unsigned owed_cqes_ = 0;  // entries prepared whose completion has not been reaped
+  uint64_t waited_ = 0;
+  uint64_t retried_ = 0;
+  bool retry_signalled_ = false;  // the eventfd was written to retry a refused submission
 };
 
 std::unique_ptr<Queue> FileDevice::make_queue(unsigned depth) {

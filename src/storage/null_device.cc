@@ -44,6 +44,7 @@ class NullDevice final : public Device {
   uint64_t size() const override { return size_; }
   uint32_t block_size() const override { return kBlockSize; }
   bool read_only() const override { return read_only_; }
+  bool discard_zeroes() const override { return true; }  // every read is zeroes
   std::string describe() const override {
     return "null " + format_size(size_) + (read_only_ ? " (read-only)" : "");
   }

@@ -40,6 +40,7 @@ class RamDevice final : public Device {
   uint64_t size() const override { return size_; }
   uint32_t block_size() const override { return kBlockSize; }
   bool read_only() const override { return read_only_; }
+  bool discard_zeroes() const override { return true; }  // zero_range() below
   std::string describe() const override {
     return "ram " + format_size(size_) + (read_only_ ? " (read-only)" : "");
   }

@@ -1,7 +1,9 @@
 // Every coalescing policy, on both ends, moves every byte: `sens perf --verify` against
 // `sens target` for reads, in-capsule writes and R2T writes, with digests off and on, and
 // with socket buffers so small that nearly every vectored send is partial.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -51,6 +53,14 @@ struct Target {
     return nlohmann::json::parse(in, nullptr, false);
   }
 };
+
+int truncate_file(const std::string& path, uint64_t bytes) {
+  int fd = ::open(path.c_str(), O_CREAT | O_RDWR, 0600);
+  if (fd < 0) return -1;
+  int rc = ftruncate(fd, off_t(bytes));
+  ::close(fd);
+  return rc;
+}
 
 RunResult perf(const Target& t, const std::string& policy, const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {SENS_BINARY, "perf", "-r",     t.trid(), "--coalesce", policy,
@@ -103,6 +113,25 @@ TEST_P(PolicyTest, TinySocketBuffersLoseNoByte) {
   ASSERT_FALSE(stats.is_discarded());
   EXPECT_GT(stats["flushes"]["socket_full"].get<uint64_t>(), 0u)
       << "the small buffer never filled: the partial-send path was not exercised";
+}
+
+// A file namespace under 8 queues x 127 commands (far more than one io_uring holds): requests
+// wait for room in the device queue; none fails (it used to: EBUSY, Unrecovered Read Error).
+TEST(FileNamespace, DeepQueuesAllSucceed) {
+  Target t;
+  TempDir files;
+  std::string path = files.file("ns.img");
+  ASSERT_EQ(truncate_file(path, 64ull << 20), 0);
+  ASSERT_EQ(t.start({"--ns", "file:" + path}), "");
+  RunResult r = run_command({SENS_BINARY, "perf", "-r", t.trid(), "--nsid", "2", "--rw", "randrw",
+                             "--bs", "4k", "--queues", "8", "--qd", "127", "--time", "2",
+                             "--size", "64M", "--verify", "-q", "--json", "-"},
+                            60000);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j.value("errors", uint64_t(1)), 0u) << r.out;
+  t.stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, PolicyTest, ::testing::Values("off", "uniform", "semantic"));

@@ -4,6 +4,7 @@
 #include <linux/falloc.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -58,6 +59,7 @@ TEST(FileDevice, OpenSizeDescribe) {
   EXPECT_EQ(dev->size(), kFileSize);
   EXPECT_EQ(dev->block_size(), 4096u);
   EXPECT_TRUE(dev->volatile_cache());
+  EXPECT_TRUE(dev->discard_zeroes());  // a punched hole reads as zeroes
   EXPECT_EQ(dev->describe(), "file " + file.path() + " (16 MiB, 4096 B blocks)");
   EXPECT_EQ(dev->mapped(0, 4096), nullptr);  // reads go through the queue
   auto q = dev->make_queue(8);
@@ -119,10 +121,12 @@ TEST(FileDevice, RefusesBadRequests) {
   EXPECT_EQ(run_io(*rq, Op::kRead, 0, 4096, buf.get()), 0);
 }
 
-// More requests than the queue's depth fail at once rather than overrunning the ring.
-TEST(FileDevice, RefusesPastDepth) {
+// Past the queue's depth, requests wait for room instead of failing; they start as earlier
+// ones complete, in the order they came.
+TEST(FileDevice, WaitsPastDepth) {
   TempFile file(kFileSize);
   auto dev = open_or_fail(file.spec());
+  ASSERT_NE(dev, nullptr);
   auto q = dev->make_queue(2);
   auto buf = aligned_buffer(3 * 4096);
   int done = 0;
@@ -134,16 +138,160 @@ TEST(FileDevice, RefusesPastDepth) {
     reqs[i].buf = buf.get() + i * 4096;
     reqs[i].on_complete = testing::count_completion;
     reqs[i].user = &done;
+    reqs[i].result = 1;
     q->submit(&reqs[i]);
   }
-  EXPECT_EQ(done, 1);  // the third, refused inline
-  EXPECT_EQ(reqs[2].result, -EBUSY);
-  EXPECT_EQ(q->inflight(), 2u);
+  EXPECT_EQ(done, 0);  // nobody refused inline
+  EXPECT_EQ(q->inflight(), 3u);
+  EXPECT_EQ(q->waited(), 1u);
   q->kick();
   ASSERT_TRUE(testing::wait_for(*q, &done, 3));
-  EXPECT_EQ(reqs[0].result, 0);
-  EXPECT_EQ(reqs[1].result, 0);
+  for (const auto& r : reqs) EXPECT_EQ(r.result, 0);
   EXPECT_EQ(q->inflight(), 0u);
+  EXPECT_EQ(q->waited(), 1u);
+}
+
+// 2,000 mixed reads and writes submitted at once to a queue 8 deep, with one kick: every one
+// completes with 0 and the data is right, the writes' on the file and the reads' in memory.
+TEST(FileDevice, ThousandsOfRequestsThroughASmallQueue) {
+  TempFile file(kFileSize);
+  auto dev = open_or_fail(file.spec());
+  ASSERT_NE(dev, nullptr);
+  constexpr int kRequests = 2000;
+  constexpr uint32_t kBlock = 4096;
+  constexpr uint64_t kWriteBase = 1024 * kBlock;  // reads from [0, 4 MiB), writes past it
+  {
+    auto q = dev->make_queue(8);
+    auto seed = aligned_buffer(kRequests * kBlock);
+    fill_pattern(seed.get(), kRequests * kBlock, 21, 0);
+    ASSERT_EQ(run_io(*q, Op::kWrite, 0, 1024 * kBlock, seed.get()), 0);
+
+    auto bufs = aligned_buffer(kRequests * kBlock);
+    std::vector<Request> reqs(kRequests);
+    int done = 0;
+    for (int i = 0; i < kRequests; ++i) {
+      Request& r = reqs[i];
+      uint8_t* b = bufs.get() + uint64_t(i) * kBlock;
+      if (i % 2 == 0) {  // a write of its own block
+        r.op = Op::kWrite;
+        r.offset = kWriteBase + uint64_t(i) * kBlock;
+        fill_pattern(b, kBlock, 22, r.offset);
+        r.fua = i % 10 == 0;
+      } else {  // a read of one of the blocks written first
+        r.op = Op::kRead;
+        r.offset = uint64_t(i % 1024) * kBlock;
+        std::memset(b, 0xee, kBlock);
+      }
+      r.length = kBlock;
+      r.buf = b;
+      r.on_complete = testing::count_completion;
+      r.user = &done;
+      r.result = 1;
+      q->submit(&r);
+    }
+    EXPECT_EQ(done, 0);
+    EXPECT_EQ(q->inflight(), unsigned(kRequests));
+    EXPECT_EQ(q->waited(), uint64_t(kRequests - 8));
+    q->kick();
+    ASSERT_TRUE(testing::wait_for(*q, &done, kRequests, 30000));
+    EXPECT_EQ(q->inflight(), 0u);
+    for (int i = 0; i < kRequests; ++i) {
+      ASSERT_EQ(reqs[i].result, 0) << "request " << i;
+      if (i % 2 == 1) {
+        const uint8_t* b = bufs.get() + uint64_t(i) * kBlock;
+        for (uint32_t j = 0; j < kBlock; j += 61)
+          ASSERT_EQ(b[j], pattern_byte(21, reqs[i].offset + j)) << i << "/" << j;
+      }
+    }
+  }
+  dev.reset();
+  std::vector<uint8_t> data = read_whole_file(file.path());
+  ASSERT_EQ(data.size(), kFileSize);
+  for (int i = 0; i < kRequests; i += 2) {
+    uint64_t offset = kWriteBase + uint64_t(i) * kBlock;
+    for (uint64_t j = offset; j < offset + kBlock; j += 31)
+      ASSERT_EQ(data[j], pattern_byte(22, j)) << "write " << i;
+  }
+}
+
+// Waiting requests start in the order they were submitted: with one request in the device at a
+// time, each read sees the write submitted just before it.
+TEST(FileDevice, WaitingRequestsKeepTheirOrder) {
+  TempFile file(kFileSize);
+  auto dev = open_or_fail(file.spec());
+  ASSERT_NE(dev, nullptr);
+  auto q = dev->make_queue(1);
+  constexpr int kRounds = 16;
+  constexpr uint32_t kBlock = 4096;
+  auto bufs = aligned_buffer(2 * kRounds * kBlock);
+  std::vector<Request> reqs(2 * kRounds);
+  int done = 0;
+  for (int i = 0; i < 2 * kRounds; ++i) {
+    Request& r = reqs[i];
+    r.op = i % 2 == 0 ? Op::kWrite : Op::kRead;
+    r.offset = 8 * kBlock;  // all on the same block
+    r.length = kBlock;
+    r.buf = bufs.get() + uint64_t(i) * kBlock;
+    if (i % 2 == 0) fill_pattern(bufs.get() + uint64_t(i) * kBlock, kBlock, 100 + i, 0);
+    r.on_complete = testing::count_completion;
+    r.user = &done;
+    q->submit(&r);
+  }
+  EXPECT_EQ(q->waited(), uint64_t(2 * kRounds - 1));
+  q->kick();
+  ASSERT_TRUE(testing::wait_for(*q, &done, 2 * kRounds));
+  for (int i = 1; i < 2 * kRounds; i += 2) {
+    ASSERT_EQ(reqs[i].result, 0);
+    const uint8_t* b = bufs.get() + uint64_t(i) * kBlock;
+    for (uint32_t j = 0; j < kBlock; j += 17)
+      ASSERT_EQ(b[j], pattern_byte(100 + i - 1, j)) << "read " << i << " byte " << j;
+  }
+}
+
+// A request submitted from a completion callback is started by the same reap(), and a queue
+// with requests still owed can be destroyed (it waits for the kernel and calls nobody).
+TEST(FileDevice, SubmitFromCompletionAndDestroyWithWaiting) {
+  TempFile file(kFileSize);
+  auto dev = open_or_fail(file.spec());
+  ASSERT_NE(dev, nullptr);
+  auto q = dev->make_queue(2);
+  auto buf = aligned_buffer(4096);
+  struct Chain {
+    Queue* q;
+    Request next;
+    int done = 0;
+  } chain{q.get(), {}, 0};
+  chain.next.op = Op::kRead;
+  chain.next.offset = 4096;
+  chain.next.length = 4096;
+  chain.next.buf = buf.get();
+  chain.next.on_complete = testing::count_completion;
+  chain.next.user = &chain.done;
+  Request first;
+  first.op = Op::kRead;
+  first.length = 4096;
+  first.buf = buf.get();
+  first.user = &chain;
+  first.on_complete = [](Request* r) {
+    auto* c = static_cast<Chain*>(r->user);
+    c->q->submit(&c->next);
+  };
+  q->submit(&first);
+  q->kick();
+  ASSERT_TRUE(testing::wait_for(*q, &chain.done, 1));
+  EXPECT_EQ(first.result, 0);
+  EXPECT_EQ(chain.next.result, 0);
+
+  Request many[6];
+  for (auto& r : many) {
+    r.op = Op::kRead;
+    r.length = 4096;
+    r.buf = buf.get();
+    q->submit(&r);
+  }
+  EXPECT_EQ(q->inflight(), 6u);
+  q->kick();
+  q.reset();  // two in the kernel, four waiting: must not hang or crash
 }
 
 // 64 requests prepared, one kick, completions found through the eventfd and reaped.
@@ -199,7 +347,7 @@ TEST(FileDevice, BatchOf64WithOneKick) {
   EXPECT_EQ(::poll(&pfd, 1, 0), 0);
 }
 
-void check_file_zeroing(Op op) {
+void check_file_zeroing(Op op, bool fua = false) {
   TempFile file(kFileSize);
   auto dev = open_or_fail(file.spec());
   ASSERT_NE(dev, nullptr);
@@ -208,13 +356,16 @@ void check_file_zeroing(Op op) {
   auto buf = aligned_buffer(kRegion);
   std::memset(buf.get(), 0xab, kRegion);
   ASSERT_EQ(run_io(*q, Op::kWrite, 0, kRegion, buf.get()), 0);
-  ASSERT_EQ(run_io(*q, op, 3 * 4096, 20 * 4096, nullptr), 0);
+  ASSERT_EQ(run_io(*q, op, 3 * 4096, 20 * 4096, nullptr, fua), 0);
   std::memset(buf.get(), 0x11, kRegion);
   ASSERT_EQ(run_io(*q, Op::kRead, 0, kRegion, buf.get()), 0);
   for (uint32_t i = 0; i < kRegion; ++i) {
     bool inside = i >= 3 * 4096 && i < 23 * 4096;
     ASSERT_EQ(buf[i], inside ? 0 : 0xab) << "byte " << i;
   }
+  EXPECT_EQ(q->inflight(), 0u);
+  EXPECT_EQ(dev->sync(), 0);
+  q.reset();
   dev.reset();
   std::vector<uint8_t> data = read_whole_file(file.path());
   ASSERT_EQ(data.size(), kFileSize);  // KEEP_SIZE: the file does not shrink
@@ -227,6 +378,10 @@ TEST(FileDevice, WriteZeroesClearsRangeOnly) {
 }
 TEST(FileDevice, DiscardClearsRangeOnly) {
   check_file_zeroing(Op::kDiscard);
+}
+// FUA Write Zeroes: the fallocate is followed by an fdatasync before completion.
+TEST(FileDevice, WriteZeroesWithFuaClearsRangeOnly) {
+  check_file_zeroing(Op::kWriteZeroes, /*fua=*/true);
 }
 
 // tmpfs cannot zero a range (FALLOC_FL_ZERO_RANGE is EOPNOTSUPP there), so write zeroes falls
@@ -249,13 +404,57 @@ TEST(FileDevice, WriteZeroesFallsBackToWritingZeroes) {
   std::memset(buf.get(), 0xcd, kSize);
   ASSERT_EQ(run_io(*q, Op::kWrite, 0, uint32_t(kSize), buf.get()), 0);
   const uint64_t zero_offset = 4096, zero_length = (5 << 20) + 8192;  // three zero-region steps
-  ASSERT_EQ(run_io(*q, Op::kWriteZeroes, zero_offset, uint32_t(zero_length), nullptr), 0);
+  ASSERT_EQ(run_io(*q, Op::kWriteZeroes, zero_offset, zero_length, nullptr), 0);
+  // With FUA the zero-region writes are RWF_DSYNC.
+  const uint64_t fua_offset = 7 << 20, fua_length = 12288;
+  ASSERT_EQ(run_io(*q, Op::kWriteZeroes, fua_offset, fua_length, nullptr, /*fua=*/true), 0);
   std::memset(buf.get(), 0x11, kSize);
   ASSERT_EQ(run_io(*q, Op::kRead, 0, uint32_t(kSize), buf.get()), 0);
   for (uint64_t i = 0; i < kSize; ++i) {
-    bool inside = i >= zero_offset && i < zero_offset + zero_length;
+    bool inside = (i >= zero_offset && i < zero_offset + zero_length) ||
+                  (i >= fua_offset && i < fua_offset + fua_length);
     ASSERT_EQ(buf[i], inside ? 0 : 0xcd) << "byte " << i;
   }
+}
+
+// Zeroing and discarding more than 4 GiB of a sparse 8 GiB file clear the whole range (a
+// Dataset Management range may cover 2^32 blocks), not its length modulo 4 GiB.
+void check_file_zeroing_past_4gib(Op op) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  TempFile file(8 * kGiB);
+  ASSERT_FALSE(file.path().empty());
+  if (op == Op::kWriteZeroes) {  // ZERO_RANGE allocates the range (as unwritten extents)
+    struct statvfs vfs;
+    ASSERT_EQ(statvfs(file.path().c_str(), &vfs), 0);
+    if (uint64_t(vfs.f_bavail) * vfs.f_frsize < 16 * kGiB)
+      GTEST_SKIP() << "less than 16 GiB free for zeroing 5 GiB of a file";
+  }
+  auto dev = open_or_fail(file.spec());
+  ASSERT_NE(dev, nullptr);
+  auto q = dev->make_queue(4);
+  auto buf = aligned_buffer(4096);
+  const uint64_t marks[] = {0, 4 * kGiB + kGiB / 2, 5 * kGiB - 4096, 5 * kGiB};
+  for (uint64_t at : marks) {
+    std::memset(buf.get(), 0xab, 4096);
+    ASSERT_EQ(run_io(*q, Op::kWrite, at, 4096, buf.get()), 0) << at;
+  }
+  ASSERT_EQ(run_io(*q, op, 0, 5 * kGiB, nullptr), 0);
+  for (uint64_t at : marks) {
+    std::memset(buf.get(), 0x11, 4096);
+    ASSERT_EQ(run_io(*q, Op::kRead, at, 4096, buf.get()), 0);
+    uint8_t want = at < 5 * kGiB ? 0 : 0xab;  // the block just past the range is untouched
+    for (int i = 0; i < 4096; ++i) ASSERT_EQ(buf[i], want) << "at " << at << " byte " << i;
+  }
+  struct stat st;
+  ASSERT_EQ(::stat(file.path().c_str(), &st), 0);
+  EXPECT_EQ(uint64_t(st.st_size), 8 * kGiB);  // KEEP_SIZE
+}
+
+TEST(FileDevice, DiscardPast4GiB) {
+  check_file_zeroing_past_4gib(Op::kDiscard);
+}
+TEST(FileDevice, WriteZeroesPast4GiB) {
+  check_file_zeroing_past_4gib(Op::kWriteZeroes);
 }
 
 // A read that runs into the end of a file that shrank underneath must fail, not return a

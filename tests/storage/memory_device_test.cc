@@ -83,6 +83,7 @@ TEST(RamDevice, OpenSizeDescribe) {
   EXPECT_FALSE(dev->read_only());
   EXPECT_FALSE(dev->volatile_cache());
   EXPECT_EQ(dev->sync(), 0);
+  EXPECT_TRUE(dev->discard_zeroes());
   // Untouched memory reads as zeroes, straight from the mapping.
   const uint8_t* bytes = dev->mapped(0, 4096);
   ASSERT_NE(bytes, nullptr);
@@ -189,6 +190,57 @@ TEST(RamDevice, DiscardClearsRangeOnly) {
   check_zeroing(Op::kDiscard);
 }
 
+// A Dataset Management range may cover up to 2^32 blocks: zeroing and discarding take 64-bit
+// lengths, and clear the whole range rather than its length modulo 4 GiB. The namespace is
+// NORESERVE memory, so only the few pages written cost anything.
+void check_zeroing_past_4gib(Op op) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  std::string error;
+  auto dev = Device::open("ram:8G", &error);
+  ASSERT_NE(dev, nullptr) << error;
+  auto q = dev->make_queue(1);
+  std::vector<uint8_t> ones(4096, 0xab), got(4096);
+  for (uint64_t at : {uint64_t(0), 4 * kGiB + kGiB / 2, 5 * kGiB - 4096, 5 * kGiB})
+    ASSERT_EQ(run_io(*q, Op::kWrite, at, 4096, ones.data()), 0) << at;
+  ASSERT_EQ(run_io(*q, op, 0, 5 * kGiB, nullptr), 0);
+  for (uint64_t at : {uint64_t(0), 4 * kGiB + kGiB / 2, 5 * kGiB - 4096}) {
+    ASSERT_EQ(run_io(*q, Op::kRead, at, 4096, got.data()), 0);
+    EXPECT_EQ(got, std::vector<uint8_t>(4096, 0)) << "at " << at;
+  }
+  ASSERT_EQ(run_io(*q, Op::kRead, 5 * kGiB, 4096, got.data()), 0);
+  EXPECT_EQ(got, ones);  // just past the range: untouched
+}
+
+TEST(RamDevice, WriteZeroesPast4GiB) {
+  check_zeroing_past_4gib(Op::kWriteZeroes);
+}
+TEST(RamDevice, DiscardPast4GiB) {
+  check_zeroing_past_4gib(Op::kDiscard);
+}
+
+// Reads and writes go through the caller's buffer: past kMaxTransfer they are refused, not cut.
+TEST(RamDevice, RefusesTransfersPast4GiB) {
+  std::string error;
+  auto dev = Device::open("ram:8G", &error);
+  ASSERT_NE(dev, nullptr) << error;
+  auto q = dev->make_queue(1);
+  std::vector<uint8_t> buf(4096);
+  EXPECT_EQ(run_io(*q, Op::kRead, 0, (4ull << 30) + 512, buf.data()), -EINVAL);
+  EXPECT_EQ(run_io(*q, Op::kWrite, 0, (4ull << 30) + 512, buf.data()), -EINVAL);
+}
+
+TEST(NullDevice, ZeroesRangesOf4GiBAndMore) {
+  std::string error;
+  auto dev = Device::open("null:8G", &error);
+  ASSERT_NE(dev, nullptr) << error;
+  auto q = dev->make_queue(1);
+  EXPECT_EQ(run_io(*q, Op::kDiscard, 0, 4ull << 30, nullptr), 0);
+  EXPECT_EQ(run_io(*q, Op::kWriteZeroes, 512, (5ull << 30) + 512, nullptr), 0);
+  EXPECT_EQ(run_io(*q, Op::kDiscard, 512, 8ull << 30, nullptr), -EINVAL);  // past the end
+  std::vector<uint8_t> buf(4096);
+  EXPECT_EQ(run_io(*q, Op::kRead, 0, (4ull << 30) + 512, buf.data()), -EINVAL);
+}
+
 TEST(NullDevice, DiscardsWritesAndReadsZeroes) {
   std::string error;
   auto dev = Device::open("null:1G", &error);
@@ -196,6 +248,8 @@ TEST(NullDevice, DiscardsWritesAndReadsZeroes) {
   EXPECT_EQ(dev->size(), 1ull << 30);
   EXPECT_EQ(dev->block_size(), 512u);
   EXPECT_EQ(dev->describe(), "null 1 GiB");
+  EXPECT_TRUE(dev->discard_zeroes());  // every read is zeroes
+  EXPECT_EQ(dev->sync(), 0);
   auto q = dev->make_queue(4);
   std::vector<uint8_t> buf(4096, 0x77);
   ASSERT_EQ(run_io(*q, Op::kWrite, 8192, 4096, buf.data()), 0);

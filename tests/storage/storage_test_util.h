@@ -90,7 +90,7 @@ inline int run_one(Queue& queue, Request& req) {
   return req.result;
 }
 
-inline int run_io(Queue& queue, Op op, uint64_t offset, uint32_t length, void* buf,
+inline int run_io(Queue& queue, Op op, uint64_t offset, uint64_t length, void* buf,
                   bool fua = false) {
   Request req;
   req.op = op;

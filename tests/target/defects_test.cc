@@ -199,5 +199,40 @@ TEST_F(TargetFixture, StatsShowRequestStates) {
   EXPECT_EQ(stats["reactors"][0]["requests"].value("bad_transitions", 0), 0);
 }
 
+class BigRamTest : public TargetFixture {
+ protected:
+  target::TargetConfig config() override {
+    auto c = test_config();
+    c.subsystems = {{kNqn, {"ram:8G"}, {}}};  // sparse: untouched memory costs nothing
+    return c;
+  }
+};
+
+// Deallocate ranges of 4 GiB and more: they used to be cut to 32 bits (5 GiB deallocated
+// 1 GiB and reported success; 4 GiB failed with Internal Error).
+TEST_F(BigRamTest, DeallocateBeyond4GiB) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  constexpr uint64_t kGiB = 1ull << 30;
+  const uint64_t at_4_5 = (4 * kGiB + kGiB / 2) / 512, at_5 = 5 * kGiB / 512;
+  ASSERT_EQ(write_read(s.io, at_4_5, 4096, 1, true), "");
+  ASSERT_EQ(write_read(s.io, at_5, 4096, 2, true), "");
+  std::vector<uint8_t> back(4096);
+  auto read = [&](uint64_t slba) {
+    return s.io.exec(nvme::make_io(nvme::io_op::kRead, 1, slba, 8, Xfer::kTransport, 4096),
+                     nullptr, 0, back.data(), 4096);
+  };
+  nvme::DsmRange four{0, uint32_t(4 * kGiB / 512), 0};
+  Result d = s.io.exec(nvme::make_dsm_deallocate(1, 1, Xfer::kInCapsule), &four, sizeof(four));
+  EXPECT_TRUE(d.ok()) << "[0, 4 GiB): " << d.describe();
+  nvme::DsmRange five{0, uint32_t(5 * kGiB / 512), 0};
+  d = s.io.exec(nvme::make_dsm_deallocate(1, 1, Xfer::kInCapsule), &five, sizeof(five));
+  ASSERT_TRUE(d.ok()) << "[0, 5 GiB): " << d.describe();
+  ASSERT_TRUE(read(at_4_5).ok());
+  EXPECT_EQ(first_difference(std::vector<uint8_t>(4096, 0), back), -1) << "4.5 GiB not zeroed";
+  ASSERT_TRUE(read(at_5).ok());
+  EXPECT_EQ(first_difference(pattern(4096, 2), back), -1) << "5 GiB must be untouched";
+}
+
 }  // namespace
 }  // namespace sens::testing
