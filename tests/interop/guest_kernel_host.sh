@@ -1,15 +1,10 @@
 # Runs inside the linuxvm guest (busybox sh): the Linux kernel's nvme-tcp host against a
 # sens target on the host. Guest 10.0.2.100:4420 / :8009 are forwarded to the target.
 # Every step prints "@@NOTE STEP <name> ok|FAIL"; the exit status is the number of failures.
-. /lib/nvmet.sh
+. /files/guest_common.sh
 nvme_host_load
-ADDR=10.0.2.100
 NQN=${NQN:?}
 DENY_NQN=${DENY_NQN:?}
-fails=0
-step() {  # step NAME RC
-  if [ "$2" = 0 ]; then note "STEP $1 ok"; else note "STEP $1 FAIL rc=$2"; fails=$((fails + 1)); fi
-}
 
 # Discovery: the log page must list the subsystem.
 dlog=$(mktemp)
@@ -54,5 +49,7 @@ nvme connect -t tcp -a $ADDR -s 4420 -n "$DENY_NQN" > /dev/null 2>&1
 rc=$?
 if [ $rc = 0 ]; then nvme disconnect -n "$DENY_NQN"; step deny-unknown-host 1; else step deny-unknown-host 0; fi
 
+# The refused connect is the only error the kernel may have logged.
+dmesg_check dmesg-clean "$DENY_NQN|failed to connect queue: 0 ret="
 note "FAILURES $fails"
 exit $fails

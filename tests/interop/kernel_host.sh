@@ -2,7 +2,8 @@
 # The Linux kernel's NVMe/TCP host (in QEMU, ../shared/linuxvm) against `sens target`:
 # nvme discover, nvme connect with and without digests, fio verify for 4 KiB randrw
 # (in-capsule writes) and 128 KiB randwrite (R2T writes), flush, disconnect, and a host that
-# the allowed-hosts list refuses.  Usage: kernel_host.sh path/to/sens
+# the allowed-hosts list refuses; then no unexpected I/O errors in the kernel's log.
+# Usage: kernel_host.sh path/to/sens   (INTEROP_LOGS=DIR keeps the VM and target logs there.)
 set -euo pipefail
 SENS=$(realpath "${1:?usage: kernel_host.sh path/to/sens}")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -46,8 +47,8 @@ grep -q "listening on" "$WORK/target.log" || { cat "$WORK/target.log"; exit 1; }
 cd "$HERE"
 rc=0
 "$LINUXVM/run.sh" guest_kernel_host.sh -q --timeout 400 --guestfwd 4420:$PORT --guestfwd 8009:$DPORT \
-  --env NQN=$NQN --env DENY_NQN=$DENY --log "$WORK/vm.log" > /dev/null || rc=$?
-grep -E '@@NOTE STEP|@@NOTE FAILURES' "$WORK/vm.log" | sed 's/^\[[ 0-9.]*\] //'
+  --file guest_common.sh --env NQN=$NQN --env DENY_NQN=$DENY --log "$WORK/vm.log" > /dev/null || rc=$?
+grep -E '@@NOTE (STEP|FAILURES)|^\[[ 0-9.]*\] +dmesg: ' "$WORK/vm.log" | sed 's/^\[[ 0-9.]*\] //'
 kill -INT $TPID
 wait $TPID || { echo "target exited with $?"; rc=1; }
 TPID=
@@ -56,5 +57,6 @@ if [ $rc != 0 ]; then
   echo "---- target log"; tail -n 30 "$WORK/target.log"
 fi
 python3 -c "import json,sys; j=json.load(open('$WORK/stats.json')); print('target stats: pdus_sent', j['pdus_sent'], 'send_calls', j['send_calls'])"
+[ -z "${INTEROP_LOGS:-}" ] || { mkdir -p "$INTEROP_LOGS"; cp "$WORK"/*.log "$INTEROP_LOGS"/; }
 echo "kernel_host: $([ $rc = 0 ] && echo PASS || echo FAIL)"
 exit $rc

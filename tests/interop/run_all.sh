@@ -4,7 +4,7 @@ set -uo pipefail
 SENS=${1:?usage: run_all.sh path/to/sens}
 HERE=$(cd "$(dirname "$0")" && pwd)
 fails=0 passes=0
-for t in "$HERE"/kernel_host.sh "$HERE"/host_*.sh; do
+for t in "$HERE"/kernel_host.sh "$HERE"/kernel_host_*.sh "$HERE"/host_*.sh; do
   [ -x "$t" ] || continue
   echo "==== $(basename "$t")"
   if "$t" "$SENS"; then passes=$((passes + 1)); else fails=$((fails + 1)); fi
