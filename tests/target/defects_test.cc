@@ -246,5 +246,13 @@ TEST_F(BigRamTest, DeallocateBeyond4GiB) {
   EXPECT_EQ(first_difference(pattern(4096, 2), back), -1) << "5 GiB must be untouched";
 }
 
+// SPDK's tools (spdk_nvme_perf -r, spdk_nvme_identify) search the whole transport ID string
+// for the key "ns:"; the old default NQN had it inside "sens:" and they refused it.
+TEST(DefaultNqn, HasNoNsKeyInside) {
+  std::string nqn = target::kDefaultNqn;
+  EXPECT_EQ(nqn.find("ns:"), std::string::npos) << nqn;
+  EXPECT_EQ(nqn.rfind("nqn.", 0), 0u);
+}
+
 }  // namespace
 }  // namespace sens::testing
