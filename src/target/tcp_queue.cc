@@ -193,17 +193,20 @@ void TcpQueue::fatal(uint16_t fes, uint32_t fei, const char* why, const void* he
   if (closed_ || state_ == State::kClosing) return;
   LOG_INFO("connection %llu (%s): fatal transport error 0x%x at byte %u: %s",
            static_cast<unsigned long long>(id_), endpoint_.peer.c_str(), fes, fei, why);
+  uint32_t n = pdu::build_term_req(term_hdr_, pdu::Type::kC2HTermReq, fes, fei, header, len);
+  send_last({term_hdr_.bytes, n});
+}
+
+void TcpQueue::send_last(iovec pdu) {
   state_ = State::kClosing;
   watch(false, want_out_);
-  uint32_t n = pdu::build_term_req(term_hdr_, pdu::Type::kC2HTermReq, fes, fei, header, len);
-  iovec iov{term_hdr_.bytes, n};
   close_pending_ = true;
   ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kCloseTimeout);
-  sendq_.enqueue(&iov, 1, PduClass::kUrgent,
+  sendq_.enqueue(&pdu, 1, PduClass::kUrgent,
                  {[](void* self, uint64_t) {
                     auto* q = static_cast<TcpQueue*>(self);
                     q->close_pending_ = false;
-                    q->close("after C2HTermReq");
+                    q->close("after its last PDU");
                   },
                   this, 0});
 }
@@ -476,19 +479,7 @@ void TcpQueue::disconnect(Request& r) {
   states_.advance(r, S::kSendingResponse);
   auto cqe = nvme::make_cqe(r.sqe.cid, qid_, sqhd_, st::kSuccess, 0, false);
   pdu::build_capsule_resp(r.resp_hdr.resp, cqe, digests_);
-  uint32_t hl = pdu::finish_header(r.resp_hdr, digests_);
-  iovec iov{r.resp_hdr.bytes, hl};
-  state_ = State::kClosing;
-  watch(false, want_out_);
-  close_pending_ = true;
-  ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kCloseTimeout);
-  sendq_.enqueue(&iov, 1, PduClass::kUrgent,
-                 {[](void* self, uint64_t) {
-                    auto* q = static_cast<TcpQueue*>(self);
-                    q->close_pending_ = false;
-                    q->close("Disconnect");
-                  },
-                  this, 0});
+  send_last({r.resp_hdr.bytes, pdu::finish_header(r.resp_hdr, digests_)});
 }
 
 void TcpQueue::keep_alive_changed() {

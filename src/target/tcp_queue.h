@@ -89,6 +89,9 @@ class TcpQueue final : public CommandQueue,
   bool handle_h2c_data(const pdu::DataHeader& data);
   void fatal(uint16_t fes, uint32_t fei, const char* why, const void* header, uint32_t len);
   void handle_read_status(transport::PduReader::Status status);
+  // Sends `pdu` (a TermReq, a Disconnect's response) and closes once it has left, or after a
+  // deadline if the host never reads it. Nothing more is read meanwhile.
+  void send_last(iovec pdu);
 
   // The request state machine
   Slot* take_slot();
