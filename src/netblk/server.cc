@@ -203,9 +203,8 @@ struct Worker {
     flush_replies();
     unsigned owed = queue->inflight();
     if (stopping && owed == 0) {
-      done = true;
+      done = true;  // Server::run() leaves its loop
       reactor.cancel(poll_timer);
-      reactor.stop();
       return;
     }
     if (owed > 0) {
@@ -659,7 +658,9 @@ std::string Server::describe() const {
 
 int Server::run() {
   Worker& w = impl_->worker;
-  if (!w.done) impl_->reactor.run();  // until the stop handler finds nothing owed
+  // Until the stop handler finds nothing owed. Each wait is untimed unless a timer is armed:
+  // an idle server sleeps until a datagram, a completion or stop().
+  while (!w.done) impl_->reactor.run_once(-1);
   return w.device->sync();
 }
 
