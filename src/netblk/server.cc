@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -12,11 +11,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "netblk/address_filter.h"
+#include "reactor/reactor.h"
 
 namespace sens::netblk {
 
@@ -68,11 +69,48 @@ struct Counters {
       io_errors{0}, bytes_read{0}, bytes_written{0}, wakeups{0};
 };
 
+struct Worker;
+
+// The worker's file descriptors on the reactor: each forwards its readiness to the worker.
+class SocketHandler final : public EventHandler {
+ public:
+  explicit SocketHandler(Worker& w) : w_(w) {}
+  void on_event(uint32_t events) override;
+
+ private:
+  Worker& w_;
+};
+
+class QueueHandler final : public EventHandler {
+ public:
+  explicit QueueHandler(Worker& w) : w_(w) {}
+  void on_event(uint32_t events) override;
+
+ private:
+  Worker& w_;
+};
+
+class StopHandler final : public EventHandler {
+ public:
+  explicit StopHandler(Worker& w) : w_(w) {}
+  void on_event(uint32_t events) override;
+
+ private:
+  Worker& w_;
+};
+
+// Serves one socket and one device queue on a Reactor. Per loop iteration: the socket's handler
+// takes one recvmmsg batch and queues its device I/O, the queue's handler reaps completions,
+// and one deferred round at the end of the iteration kicks the device once for the whole batch,
+// reaps what is ready and sends every reply with sendmmsg.
 struct Worker {
+  explicit Worker(Reactor& r) : reactor(r), poll_timer([this] { poll(); }) {}
+
   // Set up once.
+  Reactor& reactor;
   int fd = -1;
-  int epoll_fd = -1;
   int stop_fd = -1;
+  int queue_fd = -1;
   storage::Device* device = nullptr;
   std::unique_ptr<storage::Queue> queue;
   AddressFilter filter;
@@ -91,23 +129,108 @@ struct Worker {
   size_t send_count = 0;
   std::vector<Slot*> answered;  // slots whose replies are in send_msgs
   size_t answered_count = 0;
-  bool submitted = false;
-  std::atomic<bool> stop_requested{false};
+  SocketHandler socket_handler{*this};
+  QueueHandler queue_handler{*this};
+  StopHandler stop_handler{*this};
+  Timer poll_timer;  // armed to now while polling for owed completions
+
+  // The loop's state (the reactor's thread only).
+  bool submitted = false;        // device I/O queued since the last kick
+  bool round_scheduled = false;  // end_round() is deferred for this iteration
+  bool stopping = false;
+  bool done = false;  // stopped and every owed reply sent
+  int work = 0;       // datagrams taken and completions reaped this iteration
+  Nanos poll_deadline = 0;
   Counters counters;
 
   ~Worker() {
     queue.reset();  // waits for owed I/O before the slots go away
     if (region) munmap(region, region_size);
     if (fd >= 0) ::close(fd);
-    if (epoll_fd >= 0) ::close(epoll_fd);
     if (stop_fd >= 0) ::close(stop_fd);
+  }
+
+  // Registers the descriptors; throws (from the reactor) if epoll refuses one.
+  void attach() {
+    reactor.add(fd, EPOLLIN, &socket_handler);
+    reactor.add(stop_fd, EPOLLIN, &stop_handler);
+    if (queue_fd >= 0) reactor.add(queue_fd, EPOLLIN, &queue_handler);
+  }
+
+  // ---- the loop: handlers, then one round at the end of the iteration ----
+
+  // Every handler and the poll timer come here first: one end_round() per loop iteration.
+  void begin_round() {
+    if (round_scheduled) return;
+    round_scheduled = true;
+    // Woken from a blocking wait (not a poll while completions are owed).
+    if (!poll_timer.armed()) bump(counters.wakeups);
+    reactor.defer([this] { end_round(); });
+  }
+
+  void on_socket() {
+    begin_round();
+    if (stopping) return;
+    work += receive();
+  }
+
+  void on_queue() {
+    begin_round();
+    work += queue->reap();  // also clears the eventfd
+  }
+
+  void on_stop() {
+    uint64_t value;
+    (void)!::read(stop_fd, &value, sizeof value);
+    begin_round();
+    if (stopping) return;
+    stopping = true;
+    // No more requests: a readable socket must not wake the wait for the I/O still owed.
+    reactor.remove(fd);
+  }
+
+  // The poll timer: one more look at the socket (the iteration's zero-timeout epoll did it)
+  // and at the completions.
+  void poll() { begin_round(); }
+
+  void end_round() {
+    round_scheduled = false;
+    if (submitted) {
+      queue->kick();  // the whole batch in one system call
+      submitted = false;
+    }
+    if (queue->ready()) work += queue->reap();
+    flush_replies();
+    unsigned owed = queue->inflight();
+    if (stopping && owed == 0) {
+      done = true;  // Server::run() leaves its loop
+      reactor.cancel(poll_timer);
+      return;
+    }
+    if (owed > 0) {
+      // Completions owed: poll for poll_us after the last work (the timer, due now, makes the
+      // reactor's next wait a zero-timeout one), then sleep until the queue's eventfd. A queue
+      // without an eventfd is looked at every millisecond.
+      Nanos now = reactor.now();
+      if (work > 0) poll_deadline = now + poll_ns;
+      if (now < poll_deadline)
+        reactor.arm(poll_timer, now);
+      else if (queue_fd < 0)
+        reactor.arm(poll_timer, now + kMilli);
+      else
+        reactor.cancel(poll_timer);
+    } else {
+      reactor.cancel(poll_timer);
+    }
+    work = 0;
   }
 
   // ---- receiving ----
 
-  // Returns the datagrams taken; *asked is how many the call could have taken.
-  int receive(unsigned* asked) {
-    if (free_count == 0) return receive_busy(asked);
+  // One batch; returns the datagrams taken. More waiting keep the socket readable, so the
+  // reactor's next (zero-timeout) wait comes straight back here.
+  int receive() {
+    if (free_count == 0) return receive_busy();
     unsigned want = unsigned(std::min<size_t>(free_count, kRecvBatch));
     for (unsigned i = 0; i < want; ++i) {
       Slot* s = free_slots[free_count - 1 - i];
@@ -120,7 +243,6 @@ struct Worker {
       m.msg_controllen = 0;
       m.msg_flags = 0;
     }
-    *asked = want;
     // MSG_TRUNC: msg_len is the datagram's real length, so an oversized one is seen as such.
     int got = recvmmsg(fd, recv_msgs, want, MSG_DONTWAIT | MSG_TRUNC, nullptr);
     if (got <= 0) return 0;
@@ -135,7 +257,7 @@ struct Worker {
     return got;
   }
 
-  int receive_busy(unsigned* asked) {
+  int receive_busy() {
     for (unsigned i = 0; i < kBusyBatch; ++i) {
       BusyBuffer& b = busy[i];
       b.iov = {b.header, kHeaderSize};
@@ -146,7 +268,6 @@ struct Worker {
       m.msg_iov = &b.iov;
       m.msg_iovlen = 1;
     }
-    *asked = kBusyBatch;
     int got = recvmmsg(fd, busy_msgs, kBusyBatch, MSG_DONTWAIT | MSG_TRUNC, nullptr);
     if (got <= 0) return 0;
     for (int i = 0; i < got; ++i) {
@@ -339,63 +460,17 @@ struct Worker {
     for (size_t i = 0; i < answered_count; ++i) free_slots[free_count++] = answered[i];
     answered_count = 0;
   }
-
-  // ---- the loop ----
-
-  int run() {
-    bool stopping = false;
-    bool queue_signalled = false;
-    Nanos poll_deadline = 0;
-    const int queue_fd = queue->event_fd();
-    for (;;) {
-      if (!stopping && stop_requested.load(std::memory_order_relaxed)) {
-        stopping = true;
-        // No more requests: a readable socket must not wake the wait for the I/O still owed.
-        epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
-      }
-      int work = 0;
-      bool more_waiting = false;
-      if (!stopping) {
-        unsigned asked = 0;
-        int got = receive(&asked);
-        work += got;
-        more_waiting = got > 0 && unsigned(got) == asked;
-      }
-      if (submitted) {
-        queue->kick();  // the whole batch in one system call
-        submitted = false;
-      }
-      if (queue_signalled || queue->ready()) {
-        work += queue->reap();
-        queue_signalled = false;
-      }
-      flush_replies();
-      unsigned owed = queue->inflight();
-      if (stopping && owed == 0) break;
-      if (more_waiting) continue;
-      if (owed > 0) {
-        Nanos now = monotonic_now();
-        if (work > 0) poll_deadline = now + poll_ns;
-        if (now < poll_deadline) continue;  // poll the socket and the completions, no sleep
-      }
-      // Nothing owed, or polled long enough: sleep in the kernel until a datagram, a completion
-      // or stop(). A queue without an eventfd is looked at every millisecond.
-      epoll_event events[4];
-      int timeout = owed > 0 && queue_fd < 0 ? 1 : -1;
-      int n = epoll_wait(epoll_fd, events, 4, timeout);
-      bump(counters.wakeups);
-      for (int i = 0; i < n; ++i) {
-        if (events[i].data.fd == stop_fd) {
-          uint64_t value;
-          (void)!::read(stop_fd, &value, sizeof value);
-        } else if (events[i].data.fd == queue_fd) {
-          queue_signalled = true;  // reap() clears the eventfd even if it finds nothing
-        }
-      }
-    }
-    return device->sync();
-  }
 };
+
+void SocketHandler::on_event(uint32_t) {
+  w_.on_socket();
+}
+void QueueHandler::on_event(uint32_t) {
+  w_.on_queue();
+}
+void StopHandler::on_event(uint32_t) {
+  w_.on_stop();
+}
 
 std::string address_text(const sockaddr* address) {
   char text[INET6_ADDRSTRLEN] = "?";
@@ -415,8 +490,9 @@ std::string address_text(const sockaddr* address) {
 }  // namespace
 
 struct Server::Impl {
-  std::unique_ptr<storage::Device> device;
-  Worker worker;
+  std::unique_ptr<storage::Device> device;  // outlives the worker's queue
+  Reactor reactor;
+  Worker worker{reactor};
   uint16_t port = 0;
   std::string bound;
 };
@@ -461,7 +537,13 @@ std::unique_ptr<Server> Server::create(const ServerOptions& options,
     return nullptr;
   }
 
-  auto impl = std::make_unique<Impl>();
+  std::unique_ptr<Impl> impl;
+  try {
+    impl = std::make_unique<Impl>();  // the reactor throws if it gets no epoll or eventfd
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
+  }
   Worker& w = impl->worker;
   for (const std::string& network : options.allow)
     if (!w.filter.add(network, error)) return nullptr;
@@ -540,18 +622,17 @@ std::unique_ptr<Server> Server::create(const ServerOptions& options,
   w.answered.resize(options.slots);
   w.queue = device->make_queue(options.slots);
 
-  w.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  w.queue_fd = w.queue->event_fd();
   w.stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (w.epoll_fd < 0 || w.stop_fd < 0) {
-    *error = std::string("epoll/eventfd: ") + std::strerror(errno);
+  if (w.stop_fd < 0) {
+    *error = std::string("eventfd: ") + std::strerror(errno);
     return nullptr;
   }
-  for (int fd : {w.fd, w.stop_fd, w.queue->event_fd()}) {
-    if (fd < 0) continue;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    epoll_ctl(w.epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+  try {
+    w.attach();
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
   }
   impl->device = std::move(device);
   return std::unique_ptr<Server>(new Server(std::move(impl)));
@@ -576,14 +657,17 @@ std::string Server::describe() const {
 }
 
 int Server::run() {
-  return impl_->worker.run();
+  Worker& w = impl_->worker;
+  // Until the stop handler finds nothing owed. Each wait is untimed unless a timer is armed:
+  // an idle server sleeps until a datagram, a completion or stop().
+  while (!w.done) impl_->reactor.run_once(-1);
+  return w.device->sync();
 }
 
 void Server::stop() {
-  Worker& w = impl_->worker;
-  w.stop_requested.store(true, std::memory_order_relaxed);
+  // Signal-safe: the stop handler does the rest on the reactor's thread.
   uint64_t one = 1;
-  (void)!::write(w.stop_fd, &one, sizeof one);
+  (void)!::write(impl_->worker.stop_fd, &one, sizeof one);
 }
 
 ServerStats Server::stats() const {

@@ -1,8 +1,9 @@
 #pragma once
 // An NBLK server: one worker that serves a storage::Device over UDP with no payload copy in
-// user space. Requests come in batches (recvmmsg) into a fixed set of slots, device I/O goes to
-// the device as one batch per wakeup, replies leave in batches (sendmmsg) from the same slot
-// buffers. While device completions are owed the worker polls up to poll_us, then blocks.
+// user space, on a sens::Reactor of its own. Requests come in batches (recvmmsg) into a fixed
+// set of slots, device I/O goes to the device as one batch (one kick) per loop iteration,
+// replies leave in batches (sendmmsg) from the same slot buffers. While device completions are
+// owed the worker polls up to poll_us, then blocks.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -35,7 +36,7 @@ struct ServerStats {
   uint64_t io_errors = 0;  // answered I/O error
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
-  uint64_t wakeups = 0;  // returns from a blocking wait
+  uint64_t wakeups = 0;  // loop iterations woken from a blocking wait by an event
 };
 
 class Server {
@@ -55,10 +56,10 @@ class Server {
   storage::Device& device();
   std::string describe() const;  // one line for a log
 
-  // Serves on the calling thread until stop(); then finishes the I/O owed, answers it, and
-  // makes every write durable (device sync). Returns 0, or -errno of that sync.
+  // Runs the server's reactor on the calling thread until stop(); then finishes the I/O owed,
+  // answers it, and makes every write durable (device sync). Returns 0, or -errno of that sync.
   int run();
-  // From any thread or a signal handler.
+  // From any thread or a signal handler (one eventfd write; the reactor does the rest).
   void stop();
   ServerStats stats() const;
 

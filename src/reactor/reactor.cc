@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -168,11 +169,11 @@ void Reactor::drain_mailbox() {
 
 void Reactor::run_once(Nanos max_wait) {
   t_current = this;
-  Nanos wait = max_wait;
+  Nanos wait = max_wait;  // < 0: no limit
   if (!deferred_.empty()) wait = 0;
   if (!heap_.empty()) {
-    Nanos until = heap_[0]->deadline_ - clock_.now();
-    if (until < wait) wait = until < 0 ? 0 : until;
+    Nanos until = std::max<Nanos>(heap_[0]->deadline_ - clock_.now(), 0);
+    if (wait < 0 || until < wait) wait = until;
   }
   timespec ts{time_t(wait / kSecond), long(wait % kSecond)};
   ++stats_.polls;

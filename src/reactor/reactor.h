@@ -80,7 +80,8 @@ class Reactor {
   bool stopping() const { return stop_.load(std::memory_order_relaxed); }
 
   // One iteration: poll (waiting at most `max_wait`, or until the next timer), dispatch. For
-  // tests and for owners that drive the loop themselves.
+  // tests and for owners that drive the loop themselves. `max_wait` < 0: no limit but the
+  // timers (an untimed epoll wait arms no kernel timer).
   void run_once(Nanos max_wait);
 
   const ReactorStats& stats() const { return stats_; }

@@ -121,6 +121,7 @@ class GatedDevice final : public storage::Device {
     std::atomic<int> fail_with{0};  // -errno for every request, or 0
     std::atomic<int> syncs{0};
     std::atomic<int> submitted{0};
+    std::atomic<int> kicks{0};
     int event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     ~Control() { ::close(event_fd); }
     void set_open(bool value) {
@@ -156,6 +157,7 @@ class GatedDevice final : public storage::Device {
       control_->submitted.fetch_add(1);
     }
     void kick() override {
+      control_->kicks.fetch_add(1);
       uint64_t one = 1;
       if (control_->open.load()) (void)!::write(control_->event_fd, &one, sizeof one);
     }

@@ -54,6 +54,22 @@ TEST(Reactor, MicrosecondTimerIsNotRoundedToMilliseconds) {
   EXPECT_LT(fired_at - start, 900 * kMicro);  // well under a millisecond tick
 }
 
+// run_once(-1) waits without a limit of its own, but still wakes for the next timer.
+TEST(Reactor, UnlimitedWaitStillWakesForTimers) {
+  Reactor r;
+  Nanos fired_at = 0;
+  Timer t([&] { fired_at = r.now(); });
+  Nanos start = r.now();
+  r.arm(t, start + 2 * kMilli);
+  r.run_once(-1);
+  ASSERT_GT(fired_at, 0);
+  EXPECT_GE(fired_at - start, 2 * kMilli);
+  r.arm(t, r.now() - kMilli);  // already due: no wait at all
+  fired_at = 0;
+  r.run_once(-1);
+  EXPECT_GT(fired_at, 0);
+}
+
 TEST(Reactor, PostFromAnotherThreadWakesTheLoop) {
   Reactor r;
   std::atomic<int> got{0};
