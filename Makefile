@@ -1,10 +1,15 @@
 # Entry points of the README's quick start. CMake does the real build in build/.
 BUILD ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
+# clang and libclang-rt-14-dev (its sanitizer and libFuzzer runtimes): make sanitize, make fuzz.
 DEB_PACKAGES := cmake g++ make pkg-config googletest libgtest-dev liburing-dev libisal-dev \
-	libcli11-dev nlohmann-json3-dev fio nvme-cli tshark gnuplot iproute2 procps python3
+	libcli11-dev nlohmann-json3-dev fio nvme-cli tshark gnuplot iproute2 procps python3 \
+	clang libclang-rt-14-dev
 
-.PHONY: all deps build test demo interop bench clean format
+.PHONY: all deps build test sanitize fuzz demo interop bench clean format
 
 all: build
 
@@ -27,6 +32,26 @@ build: $(BUILD)/Makefile
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 
+# The unit and integration tests again, built with ASan + UBSan (the `sens` children too);
+# any sanitizer report fails the run. clang: it builds this with 60% of gcc's CPU time, and
+# gcc's UBSan (next to its ASan) ignores log_path, which tests/sanitize.sh relies on.
+$(ASAN_BUILD)/Makefile: CMakeLists.txt
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DSENS_SANITIZE=ON > /dev/null
+
+sanitize: deps $(ASAN_BUILD)/Makefile
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	./tests/sanitize.sh $(ASAN_BUILD)
+
+# libFuzzer targets (clang), each run FUZZ_SECONDS over tests/fuzz/corpus; a crash, hang,
+# leak or sanitizer report fails the run.
+$(FUZZ_BUILD)/Makefile: CMakeLists.txt
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DSENS_FUZZ=ON > /dev/null
+
+fuzz: deps $(FUZZ_BUILD)/Makefile
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_pdu_reader fuzz_target_dispatch
+	./tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 demo: deps build
 	./scripts/demo.sh $(BUILD)/sens
 
@@ -40,4 +65,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

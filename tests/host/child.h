@@ -146,6 +146,15 @@ class TargetProcess {
 
   bool ready() const { return ready_; }
   std::string log() const { return read_file(log_path_); }
+  // Bytes the target has read and written with syscalls, its sockets' included (rchar +
+  // wchar of /proc/PID/io): it grows while a host's I/O flows.
+  uint64_t io_bytes() const {
+    std::ifstream f("/proc/" + std::to_string(pid_) + "/io");
+    uint64_t total = 0, value = 0;
+    for (std::string key; f >> key >> value;)
+      if (key == "rchar:" || key == "wchar:") total += value;
+    return total;
+  }
   std::string trid() const {
     return "trtype:tcp traddr:127.0.0.1 trsvcid:" + std::to_string(port) + " subnqn:" + nqn;
   }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "../wait_until.h"
 #include "child.h"
 
 namespace sens::host {
@@ -120,7 +121,9 @@ TEST(PerfCli, KilledTargetEndsTheRunWithAnError) {
   TargetProcess t;
   ASSERT_TRUE(t.ready()) << t.log();
   std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // Mid-run: once 4 MiB of perf's I/O has gone through the target.
+    const uint64_t before = t.io_bytes();
+    wait_until([&] { return t.io_bytes() - before >= (4u << 20); }, std::chrono::seconds(20));
     t.stop();
   });
   auto r = run_sens({"perf", "-r", t.trid(), "--rw", "randrw", "--bs", "16k", "--qd", "8",
@@ -138,7 +141,9 @@ TEST(PerfCli, HungTargetTimesOutInsteadOfHanging) {
   TargetProcess t;
   ASSERT_TRUE(t.ready()) << t.log();
   std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    // Mid-run: once 1 MiB of perf's reads has gone through the target.
+    const uint64_t before = t.io_bytes();
+    wait_until([&] { return t.io_bytes() - before >= (1u << 20); }, std::chrono::seconds(20));
     t.signal(SIGSTOP);
   });
   auto r = run_sens({"perf", "-r", t.trid(), "--rw", "randread", "--qd", "4", "--time", "20",

@@ -141,8 +141,8 @@ TEST(CliTarget, DiscoveryIoStatsAndSignals) {
   // SIGUSR1: the stats file appears while the target runs.
   ASSERT_FALSE(file_exists(stats));
   ASSERT_TRUE(t.child.signal(SIGUSR1));
+  // Written to a temporary file and renamed into place: complete once it exists.
   ASSERT_TRUE(wait_for_file(stats, 3000)) << "no " << stats << " after SIGUSR1";
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // renamed into place: complete
   nlohmann::json j = nlohmann::json::parse(read_file(stats), nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << read_file(stats);
   expect_stats_keys(j);

@@ -1,8 +1,11 @@
 // Wireshark's NVMe/TCP dissector as an independent judge of the wire format: one full session
 // (connect, identify, in-capsule and R2T writes, reads, disconnect) captured on loopback must
 // decode without a malformed packet or an error-level expert note.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../wait_until.h"
 #include "child_process.h"
 #include "raw_client.h"
 
@@ -66,6 +70,29 @@ void run_session(uint16_t port, uint8_t digest) {
   EXPECT_TRUE(s.admin.wait_closed(2000));
 }
 
+// Opens and closes a TCP connection to `port` and waits (up to `timeout`) until the capture
+// file holds its packets. Loopback packets are captured in the order they are sent: once the
+// probe is in the file, so is everything sent before it.
+bool probe_captured(const std::string& tshark, const std::string& pcap, uint16_t port,
+                    std::chrono::milliseconds timeout) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bool connected = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(fd);
+  if (!connected) return false;
+  const std::string filter = "tcp.port == " + std::to_string(ntohs(a.sin_port));
+  // Read while tshark writes: the last block may be cut short, so only the output counts.
+  auto in_file = [&] {
+    return !run_command({tshark, "-r", pcap, "-Y", filter}, 10000).out.empty();
+  };
+  return wait_until(in_file, timeout, std::chrono::milliseconds(100));
+}
+
 TEST(Tshark, CapturedSessionDissectsCleanly) {
   const std::string tshark = find_tshark();
   if (tshark.empty()) GTEST_SKIP() << "tshark is not installed";
@@ -90,12 +117,17 @@ TEST(Tshark, CapturedSessionDissectsCleanly) {
                             dir.file("tshark.out"), dir.file("tshark.err")));
   ASSERT_TRUE(capture.wait_for_text(dir.file("tshark.err"), "Capturing on", 10000))
       << "tshark did not start capturing: " << read_file(dir.file("tshark.err"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the BPF filter is live
+  // The filter is live once a probe connection shows up in the file (one that came too early
+  // never will: probe again).
+  auto probed = [&] { return probe_captured(tshark, pcap, port, std::chrono::milliseconds(1000)); };
+  ASSERT_TRUE(wait_until(probed, std::chrono::milliseconds(20000), std::chrono::milliseconds(0)))
+      << "tshark captures nothing on port " << port;
 
   run_session(port, 0);
   run_session(port, pdu::kDigestHeader | pdu::kDigestData);
 
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the last segments land
+  ASSERT_TRUE(probe_captured(tshark, pcap, port, std::chrono::milliseconds(10000)))
+      << "the capture did not catch up with the sessions";
   ASSERT_TRUE(capture.signal(SIGINT));
   int code = capture.wait(10000);
   ASSERT_EQ(code, 0) << "tshark exit: " << read_file(dir.file("tshark.err"));

@@ -387,6 +387,7 @@ TEST(NetblkServer, StopFinishesOwedIoAndSyncs) {
   peer.send(RawPeer::request(kOpWrite, 0, 512, 9, 0, 512));
   ASSERT_TRUE(eventually([&] { return control->submitted.load() == 1; }));
   st.server().stop();
+  // Nothing to wait for: a stop() that synced before the owed write would do so in this window.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(control->syncs.load(), 0);  // the write is still owed
   control->set_open(true);
@@ -490,7 +491,7 @@ TEST(NetblkServer, IdleWorkerCostsNoCpu) {
 
   Nanos cpu = thread_cpu(st.thread());
   uint64_t wakeups = st.server().stats().wakeups;
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the idle window measured
   EXPECT_LT(thread_cpu(st.thread()) - cpu, 20 * kMilli);
   EXPECT_EQ(st.server().stats().wakeups, wakeups);
 
@@ -499,9 +500,9 @@ TEST(NetblkServer, IdleWorkerCostsNoCpu) {
   RawPeer peer(st.port());
   peer.send(RawPeer::request(kOpRead, 0, 512, 1));
   ASSERT_TRUE(eventually([&] { return control->submitted.load() == submitted + 1; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past its 50 us of polling
   cpu = thread_cpu(st.thread());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the blocked window measured
   EXPECT_LT(thread_cpu(st.thread()) - cpu, 20 * kMilli);  // owed, but blocked in epoll_wait
   control->set_open(true);
   auto reply = peer.receive();
@@ -527,6 +528,7 @@ TEST(NetblkClient, RetriesUntilTheServerAnswers) {
     std::string error;
     return Client::connect("127.0.0.1", std::to_string(port), options, &error);
   });
+  // The test itself: no server for 400 ms, so the client has to time out and retry.
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   ServerOptions options = loopback();
   options.port = port;
