@@ -28,7 +28,11 @@ class CommandQueue {
 
   // The transport.
   // Sends `len` bytes of `data` to the host (controller-to-host data), then the response.
-  virtual void send_data(Request& r, const void* data, uint32_t len) = 0;
+  // `stable`: `data` may change after this call (a RAM namespace's own blocks); the
+  // transport copies it there (r.buf) before the bytes would have to wait.
+  virtual void send_data(Request& r, const void* data, uint32_t len, uint8_t* stable = nullptr) = 0;
+  // Whether reads may be sent straight from a memory namespace (see nvm.cc).
+  virtual bool zero_copy_reads() const = 0;
   // Sends the response (CQE) and frees the request once it is out.
   virtual void complete(Request& r, uint16_t status, uint64_t result = 0) = 0;
   // Starts device I/O; the command set's device_done() runs on completion.

@@ -389,7 +389,7 @@ void TcpQueue::on_reader_buffer(BufferPool::Waiter* w) {
 
 // ---------------------------------------------------------------------------- send side
 
-void TcpQueue::send_data(Request& r, const void* data, uint32_t len) {
+void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* stable) {
   bool success = sqflow_disabled_ && qid_ != 0;
   uint8_t flags = pdu::flag::kDataLast | (success ? pdu::flag::kDataSuccess : 0);
   pdu::build_data(r.data_hdr.data, pdu::Type::kC2HData, r.sqe.cid, 0, 0, len, flags, digests_);
@@ -403,12 +403,21 @@ void TcpQueue::send_data(Request& r, const void* data, uint32_t len) {
     iov[n++] = {&r.ddgst, 4};
   }
   states_.advance(r, S::kSendingData);
-  if (success) {  // the host skips the response: the request is done once the data is out
-    sendq_.enqueue(iov, n, data_class(), {&TcpQueue::on_resp_sent, this, r.index});
-    return;
-  }
-  sendq_.enqueue(iov, n, data_class());
-  complete(r, st::kSuccess);
+  transport::SentCallback sent;
+  if (success) sent = {&TcpQueue::on_resp_sent, this, r.index};  // no response follows
+  if (stable)
+    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent);
+  else
+    sendq_.enqueue(iov, n, data_class(), sent);
+  if (!success) complete(r, st::kSuccess);
+}
+
+// Straight from a RAM namespace's memory only where nothing else can change those bytes while
+// they leave: one reactor (no other thread writes the namespace; the send queue copies what
+// must wait for a full socket), and no data digest (the CRC must describe the bytes sent even
+// if a later write lands while the PDU waits in its coalescing group).
+bool TcpQueue::zero_copy_reads() const {
+  return ctx_.config.cores == 1 && !digests_.data;
 }
 
 void TcpQueue::send_r2t(Request& r) {
@@ -538,6 +547,7 @@ nlohmann::json TcpQueue::stats_json() const {
   j["recv_bytes"] = reader_.counters().bytes;
   j["recv_holds"] = reader_.counters().holds;
   j["sent_bytes"] = sendq_.counters().bytes;
+  j["snapshot_bytes"] = sendq_.counters().snapshot_bytes;
   j["requests"] = states_.to_json();
   return j;
 }

@@ -58,7 +58,8 @@ class TcpQueue final : public CommandQueue,
   void on_pdu_error(const pdu::Check& check, const uint8_t* header, uint32_t len) override;
 
   // CommandQueue
-  void send_data(Request& r, const void* data, uint32_t len) override;
+  void send_data(Request& r, const void* data, uint32_t len, uint8_t* stable = nullptr) override;
+  bool zero_copy_reads() const override;
   void complete(Request& r, uint16_t status, uint64_t result = 0) override;
   void submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) override;
   void on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstring>
 
 namespace sens::transport {
 
@@ -30,13 +31,19 @@ void SendQueue::set_config(const coalesce::Config& config) {
 }
 
 void SendQueue::enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent) {
+  enqueue_changeable(iov, n, -1, nullptr, cls, sent);
+}
+
+void SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
+                                   coalesce::PduClass cls, SentCallback sent) {
   uint32_t bytes = 0;
   for (int i = 0; i < n; ++i) {
     if (iov[i].iov_len == 0) continue;
-    iov_.push_back({iov[i], {}});
+    iov_.push_back({iov[i], {}, i == changeable ? stable : nullptr});
     bytes += uint32_t(iov[i].iov_len);
   }
-  if (bytes == 0) {  // nothing to send: the PDU is "sent" now
+  if (blocked_ && stable) snapshot_waiting();  // it will wait: copy it now
+  if (bytes == 0) {                            // nothing to send: the PDU is "sent" now
     if (sent.fn) sent.fn(sent.ctx, sent.arg);
     return;
   }
@@ -70,6 +77,19 @@ void SendQueue::shutdown() {
   iov_.clear();
   head_ = committed_ = head_offset_ = 0;
   queued_bytes_ = 0;
+}
+
+void SendQueue::snapshot_waiting() {
+  for (size_t i = head_; i < iov_.size(); ++i) {
+    Entry& e = iov_[i];
+    if (!e.stable) continue;
+    size_t sent = i == head_ ? head_offset_ : 0;  // offsets stay valid in the copy
+    std::memcpy(static_cast<char*>(e.stable) + sent, static_cast<char*>(e.iov.iov_base) + sent,
+                e.iov.iov_len - sent);
+    counters_.snapshot_bytes += e.iov.iov_len - sent;
+    e.iov.iov_base = e.stable;
+    e.stable = nullptr;
+  }
 }
 
 void SendQueue::on_writable() {
@@ -127,6 +147,7 @@ void SendQueue::send_committed() {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         ++counters_.eagain;
         blocked_ = true;
+        snapshot_waiting();
         owner_.want_writable(true);
         break;
       }
@@ -154,6 +175,7 @@ void SendQueue::send_committed() {
     }
     if (size_t(sent) < want) {  // the socket buffer is full: wait for EPOLLOUT
       blocked_ = true;
+      snapshot_waiting();
       owner_.want_writable(true);
     }
   }

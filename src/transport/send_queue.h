@@ -24,6 +24,7 @@ struct SendCounters {
   uint64_t sendmsg_calls = 0;  // every sendmsg() attempt, EAGAIN included
   uint64_t bytes = 0;
   uint64_t eagain = 0;
+  uint64_t snapshot_bytes = 0;  // bytes of changeable payload copied because they had to wait
 };
 
 class SendQueue {
@@ -48,6 +49,13 @@ class SendQueue {
   // Queues one PDU made of `n` iovecs. `sent` runs once all its bytes are in the kernel.
   // `bytes` of the PDU count towards the byte cap. May send at once (policy, urgency, caps).
   void enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent = {});
+  // The same, where iov[changeable] points at memory that may change once this call returns
+  // (a RAM namespace's blocks, sent without a copy). While the socket takes bytes, the queue
+  // sends them in the same loop pass, with nothing between; should it have to wait (socket
+  // full), it first copies what is left of them to `stable` (as large as that iovec), so a
+  // write that lands meanwhile cannot change bytes half sent.
+  void enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
+                          coalesce::PduClass cls, SentCallback sent = {});
 
   // Sends everything queued now (connection closing, or an owner-level decision).
   void flush(coalesce::FlushReason reason);
@@ -66,8 +74,10 @@ class SendQueue {
  private:
   struct Entry {
     iovec iov;
-    SentCallback sent;  // fires when this iovec (the PDU's last) is fully sent
+    SentCallback sent;       // fires when this iovec (the PDU's last) is fully sent
+    void* stable = nullptr;  // where to copy this iovec's bytes before they wait (or null)
   };
+  void snapshot_waiting();  // the socket is full: copies every changeable iovec still queued
   void commit(coalesce::FlushReason reason);
   void send_committed();
   void rearm_timer();

@@ -110,6 +110,11 @@ TEST_F(FullSocketTest, HalfSentReadIsNotChangedByALaterWrite) {
     torn += torn_blocks(got);
   }
   EXPECT_EQ(torn, 0) << "blocks half old, half new";
+  // The path under test: data sent straight from the namespace, copied when it had to wait.
+  nlohmann::json stats = target_->stats_json();
+  uint64_t snapshots = 0;
+  for (auto& c : stats["connections"]) snapshots += c.value("snapshot_bytes", uint64_t(0));
+  EXPECT_GT(snapshots, 0u) << "no read had to wait for the socket";
 }
 
 class TwoReactorAtomicityTest : public TargetFixture {
