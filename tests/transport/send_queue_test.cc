@@ -176,5 +176,36 @@ TEST(SendQueue, DeadSocketIsReported) {
   close(fd[0]);
 }
 
+// After shutdown() (the connection closed its socket) the queue never writes again: not when
+// its coalescing timer fires, not on enqueue, even though the descriptor number now belongs
+// to another socket. No callback of a dropped PDU runs.
+TEST(SendQueue, ShutdownNeverTouchesTheDescriptorAgain) {
+  Reactor r;
+  Owner o;
+  auto* p = new Pair(0);
+  coalesce::Config c = cfg(coalesce::Policy::kUniform);
+  c.pdus = 16;
+  c.timeout = 1 * kMilli;
+  SendQueue q(r, c, o);
+  q.set_fd(p->fd[0]);
+  uint8_t pdu[64] = {1};
+  int callbacks = 0;
+  iovec iov{pdu, sizeof(pdu)};
+  q.enqueue(&iov, 1, coalesce::PduClass::kData,
+            {[](void* n, uint64_t) { ++*static_cast<int*>(n); }, &callbacks, 0});
+  q.shutdown();
+  int old_fd = p->fd[0];
+  delete p;       // the descriptor number is free again...
+  Pair other(0);  // ...and most likely reused right here
+  q.enqueue(&iov, 1, coalesce::PduClass::kData);
+  q.flush(coalesce::FlushReason::kImmediate);
+  for (int i = 0; i < 5; ++i) r.run_once(2 * kMilli);  // past the group timer
+  std::vector<uint8_t> got;
+  EXPECT_EQ(drain(other.fd[0], got) + drain(other.fd[1], got), 0u)
+      << "bytes written to descriptor " << old_fd << " after shutdown";
+  EXPECT_EQ(callbacks, 0);
+  EXPECT_EQ(q.counters().sendmsg_calls, 0u);
+}
+
 }  // namespace
 }  // namespace sens::transport
