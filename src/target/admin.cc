@@ -40,7 +40,8 @@ uint64_t log_offset(const nvme::Sqe& s) {
 }
 
 void identify(CommandQueue& q, Request& r) {
-  uint32_t len = std::min<uint32_t>(r.sqe.sgl.length, 4096);  // a shorter buffer gets the start
+  uint32_t sgl_len = r.sqe.sgl.length;  // (a copy: the SQE is packed)
+  uint32_t len = std::min<uint32_t>(sgl_len, 4096);  // a shorter buffer gets the start
   uint8_t cns = uint8_t(r.sqe.cdw10 & 0xFF);
   std::memset(r.buf, 0, 4096);
   const auto& cfg = q.ctx().config;
