@@ -162,7 +162,7 @@ TEST(Resources, OutOfDescriptorsPausesAccepting) {
     in = s.open(t.port, kNqn) == "" && write_read(s.io, 0, 4096, 3, true) == "";
     if (!in) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_TRUE(in);
+  EXPECT_TRUE(in) << read_file(t.dir.file("err")).substr(0, 3000);
 }
 
 }  // namespace
