@@ -66,6 +66,7 @@ class SmallPoolTest : public TargetFixture {
   target::TargetConfig config() override {
     auto c = test_config();
     c.buffer_pool = 4 * kMaxIo;  // 512 KiB: four largest I/Os
+    c.sock_buf = 4096;  // reads' data waits in user space, holding its buffers
     return c;
   }
 };
