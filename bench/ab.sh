@@ -18,11 +18,21 @@ WORKLOADS=("--rw randread --bs 4k --qd 1" "--rw randread --bs 4k --qd 32"
 run() {  # BIN WORKLOAD... -> IOPS
   local bin=$1
   shift
-  local port=$((30000 + RANDOM % 20000))
-  taskset -c 0 "$bin" target --listen 127.0.0.1:$port --discovery-port 0 --ns ram:1G -q \
-    > "$WORK/t.log" 2>&1 &
-  TPID=$!
-  for _ in $(seq 50); do grep -q "listening on" "$WORK/t.log" && break; sleep 0.1; done
+  local port
+  rm -f "$WORK/p.json"
+  for _ in 1 2 3 4 5; do  # a port someone holds: try another
+    port=$((30000 + RANDOM % 20000))
+    taskset -c 0 "$bin" target --listen 127.0.0.1:$port --discovery-port 0 --ns ram:1G -q \
+      > "$WORK/t.log" 2>&1 &
+    TPID=$!
+    for _ in $(seq 50); do
+      grep -q "listening on" "$WORK/t.log" && break
+      kill -0 $TPID 2> /dev/null || break
+      sleep 0.1
+    done
+    grep -q "listening on" "$WORK/t.log" && break
+    wait $TPID 2> /dev/null || true
+  done
   local nqn
   nqn=$(awk '/^subsystem/ {print $2; exit}' "$WORK/t.log")
   taskset -c 1 "$bin" perf -r "trtype:tcp traddr:127.0.0.1 trsvcid:$port subnqn:$nqn" \
