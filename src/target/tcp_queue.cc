@@ -115,10 +115,12 @@ void TcpQueue::close(const char* why) {
   if (close_pending_) return;  // a TermReq or a response still leaving: closes when sent
   LOG_DEBUG("connection %llu (%s, qid %u) closed: %s", static_cast<unsigned long long>(id_),
             endpoint_.peer.c_str(), qid_, why);
-  sendq_.flush(FlushReason::kClose);
-  sendq_.shutdown();  // nothing may write to the descriptor number once it is closed
+  // Closed before the last flush: a send that fails in it reports back here (on_send_error),
+  // and a second pass would close the descriptor and count the connection out twice.
   closed_ = true;
   state_ = State::kClosed;
+  sendq_.flush(FlushReason::kClose);
+  sendq_.shutdown();  // nothing may write to the descriptor number once it is closed
   ctx_.reactor.cancel(ka_timer_);
   ctx_.reactor.cancel(setup_timer_);
   ctx_.reactor.remove(fd_);
