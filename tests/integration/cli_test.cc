@@ -86,7 +86,7 @@ TEST(CliTarget, DiscoveryIoStatsAndSignals) {
   Result r = d.connect_queue(0, nvme::kDiscoveryNqn, 0xFFFF, 0);
   ASSERT_TRUE(r.ok()) << r.describe();
   const uint16_t dcntlid = uint16_t(r.cqe.dw0);
-  ASSERT_TRUE(d.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
+  ASSERT_TRUE(d.enable().ok());
   nvme::IdentifyController idc{};
   r = d.exec(nvme::make_identify(1, 0), nullptr, 0, &idc, sizeof(idc));
   ASSERT_TRUE(r.ok()) << r.describe();
@@ -198,6 +198,23 @@ const BadInput kBadInputs[] = {
      R"({"listen": ["127.0.0.1:LISTEN"], "bogus_key": 1})",
      {"unknown config key 'bogus_key'"}},
     {"ConfigWithInvalidJson", {}, R"({"listen": [)", {"config file", "bad.json", "parse error"}},
+    {"MaxConnectionsZero",
+     {"--max-connections", "0"},
+     "",
+     {"--max-connections must be in 1..1000000"}},
+    {"BufferPoolNotASize", {"--buffer-pool", "lots"}, "", {"--buffer-pool: 'lots' is not a size"}},
+    {"BufferPoolBelowFourLargestIos",
+     {"--buffer-pool", "256k"},
+     "",
+     {"--buffer-pool must be at least 4 x --max-io"}},
+    {"ConfigBufferPoolTooSmall",
+     {},
+     R"({"listen": ["127.0.0.1:LISTEN"], "buffer_pool": "64k"})",
+     {"--buffer-pool must be at least 4 x --max-io"}},
+    {"ConfigMaxConnectionsNotANumber",
+     {},
+     R"({"listen": ["127.0.0.1:LISTEN"], "max_connections": [1]})",
+     {"max_connections"}},
 };
 
 void PrintTo(const BadInput& b, std::ostream* os) {
