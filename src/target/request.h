@@ -69,7 +69,6 @@ struct Request {
 // The per-state counts of one queue's requests.
 class RequestStates {
  public:
-  RequestStates() { counts_[size_t(ReqState::kFree)] = 0; }
   // Moves `r` to `to`. A transition the machine does not have is a bug: it is counted (and
   // aborts debug builds) and the move still happens, so the command is not lost.
   void advance(Request& r, ReqState to);

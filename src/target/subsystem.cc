@@ -36,11 +36,6 @@ void Controller::remove_queue(QueueCounters* q) {
                queues.end());
 }
 
-std::vector<QueueRef> Controller::snapshot_queues() {
-  std::lock_guard<std::mutex> lock(mu);
-  return queues;
-}
-
 void Controller::sum(uint64_t* r, uint64_t* w, uint64_t* rb, uint64_t* wb) {
   std::lock_guard<std::mutex> lock(mu);
   *r = *w = *rb = *wb = 0;

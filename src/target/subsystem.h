@@ -77,7 +77,6 @@ class Controller {
   // Registers a queue, unless the controller has one with that qid or is gone already.
   enum class AddQueue { kAdded, kDuplicate, kGone };
   AddQueue add_queue(const QueueRef& q);
-  std::vector<QueueRef> snapshot_queues();
   // The admin queue is gone: marks the controller dead and returns the queues to close. Under
   // the same lock as add_queue(), so no I/O queue joins after this.
   std::vector<QueueRef> retire();

@@ -78,7 +78,6 @@ class TcpQueue final : public CommandQueue,
   struct Slot : BufferPool::Waiter {
     TcpQueue* queue = nullptr;
     Request req;
-    bool resumed = false;  // on the resume list
   };
   struct ReaderWaiter : BufferPool::Waiter {
     TcpQueue* queue = nullptr;

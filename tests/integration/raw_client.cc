@@ -444,6 +444,10 @@ Result RawClient::connect_queue(uint16_t qid, std::string_view subnqn, uint16_t 
   return exec(nvme::make_connect(qid, sqsize, kato_ms, cattr), data.data(), uint32_t(data.size()));
 }
 
+Result RawClient::enable() {
+  return exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false));
+}
+
 std::string Session::open(uint16_t port, std::string_view subnqn, uint8_t digest,
                           uint8_t io_cattr, uint16_t io_sqsize) {
   if (!admin.connect(port)) return "admin connect: " + admin.last_error();
@@ -451,7 +455,7 @@ std::string Session::open(uint16_t port, std::string_view subnqn, uint8_t digest
   Result r = admin.connect_queue(0, subnqn, 0xFFFF, 0);
   if (!r.ok()) return "admin Connect: " + r.describe();
   cntlid = uint16_t(r.cqe.dw0);
-  r = admin.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false));
+  r = admin.enable();
   if (!r.ok()) return "CC.EN=1: " + r.describe();
   r = admin.exec(nvme::make_set_num_queues(4, 4));
   if (!r.ok()) return "Set Features queues: " + r.describe();

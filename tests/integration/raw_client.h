@@ -133,6 +133,9 @@ class RawClient {
   Result await(uint16_t cid, const void* write_data, uint32_t write_len, void* read_buf,
                uint32_t read_len, int timeout_ms = kDefaultTimeoutMs);
 
+  // Property Set CC = EN with 64-byte SQEs and 16-byte CQEs, as a host enables a controller.
+  Result enable();
+
   // Fabrics Connect; on the admin queue (qid 0) cntlid is 0xFFFF.
   Result connect_queue(uint16_t qid, std::string_view subnqn, uint16_t cntlid = 0xFFFF,
                        uint32_t kato_ms = 0, uint8_t cattr = 0, uint16_t sqsize = 31,

@@ -47,7 +47,7 @@ TEST_F(AccessTest, AllowedHostGetsIn) {
   ASSERT_TRUE(c.ic(0)) << c.last_error();
   Result r = c.connect_queue(0, kRestricted, 0xFFFF, 0, 0, 31, kAllowedHost);
   ASSERT_TRUE(r.ok()) << r.describe();
-  ASSERT_TRUE(c.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());  // CC.EN
+  ASSERT_TRUE(c.enable().ok());  // CC.EN
   nvme::IdentifyController idc{};
   r = c.exec(nvme::make_identify(1, 0), nullptr, 0, &idc, sizeof(idc));
   ASSERT_TRUE(r.ok()) << r.describe();
@@ -156,7 +156,7 @@ TEST_F(AccessTest, KeepAliveTimeout) {
   ASSERT_TRUE(r.ok()) << r.describe();
   uint16_t cntlid = uint16_t(r.cqe.dw0);
   ASSERT_TRUE(
-      silent.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());  // CC.EN
+      silent.enable().ok());  // CC.EN
   r = silent.exec(nvme::make_get_features(nvme::feature::kKeepAliveTimer));
   ASSERT_TRUE(r.ok()) << r.describe();
   EXPECT_EQ(r.cqe.dw0, 1000u);
@@ -170,7 +170,7 @@ TEST_F(AccessTest, KeepAliveTimeout) {
   ASSERT_TRUE(active.ic(0)) << active.last_error();
   r = active.connect_queue(0, kNqn, 0xFFFF, 1000);
   ASSERT_TRUE(r.ok()) << r.describe();
-  ASSERT_TRUE(active.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
+  ASSERT_TRUE(active.enable().ok());
 
   auto start = Clock::now();
   auto next_ka = start + std::chrono::milliseconds(300);
@@ -207,7 +207,7 @@ TEST_F(AccessTest, KeepAliveSetFeatures) {
   ASSERT_TRUE(c.ic(0)) << c.last_error();
   Result r = c.connect_queue(0, kNqn, 0xFFFF, 0);  // no keep alive at first
   ASSERT_TRUE(r.ok()) << r.describe();
-  ASSERT_TRUE(c.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());  // CC.EN
+  ASSERT_TRUE(c.enable().ok());  // CC.EN
   r = c.exec(nvme::make_set_features(nvme::feature::kKeepAliveTimer, 500));
   ASSERT_TRUE(r.ok()) << r.describe();
   auto t0 = Clock::now();

@@ -134,7 +134,7 @@ TEST_F(TwoReactorAtomicityTest, ReadsAndWritesOnTwoReactorsNeverTearABlock) {
   Result r = admin.connect_queue(0, kNqn);
   ASSERT_TRUE(r.ok()) << r.describe();
   uint16_t cntlid = uint16_t(r.cqe.dw0);
-  ASSERT_TRUE(admin.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
+  ASSERT_TRUE(admin.enable().ok());
   ASSERT_TRUE(admin.exec(nvme::make_set_num_queues(8, 8)).ok());
   // Accepted connections alternate between the reactors (the admin queue on one, then 1, 2, ...
   // on alternate ones), so each reactor has writers and readers.
@@ -198,7 +198,7 @@ TEST_F(TwoReactorAtomicityTest, IoConnectRacingAdminCloseLeavesNoOrphan) {
     Result r = admin.connect_queue(0, kNqn);
     ASSERT_TRUE(r.ok()) << r.describe();
     uint16_t cntlid = uint16_t(r.cqe.dw0);
-    ASSERT_TRUE(admin.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
+    ASSERT_TRUE(admin.enable().ok());
     ASSERT_TRUE(io.connect(port_));
     ASSERT_TRUE(io.ic(0));
     auto sqe = nvme::make_connect(1, 31, 0);

@@ -70,7 +70,7 @@ TEST_F(TargetFixture, CommandsBeforeEnableAreSequenceErrors) {
               back.data(), 4096);
   EXPECT_EQ(r.status(), st::kCmdSeqError) << r.describe();
   // Enabled: both run.
-  ASSERT_TRUE(admin.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
+  ASSERT_TRUE(admin.enable().ok());
   r = admin.exec(nvme::make_identify(1, 0), nullptr, 0, &idc, sizeof(idc));
   EXPECT_TRUE(r.ok()) << r.describe();
   r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 0, 8, Xfer::kTransport, 4096), nullptr, 0,

@@ -57,7 +57,7 @@ TEST_F(WildcardListenerTest, DiscoveryLogAdvertisesTheReachedAddress) {
   ASSERT_TRUE(d.connect(discovery_port()));
   ASSERT_TRUE(d.ic(0));
   ASSERT_TRUE(d.connect_queue(0, nvme::kDiscoveryNqn).ok());
-  ASSERT_TRUE(d.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
+  ASSERT_TRUE(d.enable().ok());
   std::vector<nvme::DiscoveryLogEntry> page(4);
   Result r = d.exec(nvme::make_get_log_page(nvme::log_page::kDiscovery, 0, 4096, 0), nullptr, 0,
                     page.data(), 4096);

@@ -41,7 +41,7 @@ TEST_P(SplitTest, ConnectAndWriteOneBytePerSend) {
   Result r = admin.await(7, nullptr, 0, nullptr, 0);
   ASSERT_TRUE(r.ok()) << r.describe();
   uint16_t cntlid = uint16_t(r.cqe.dw0);
-  ASSERT_TRUE(admin.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false)).ok());
+  ASSERT_TRUE(admin.enable().ok());
   r = admin.exec(nvme::make_set_num_queues(2, 2));
   ASSERT_TRUE(r.ok()) << r.describe();
 
