@@ -305,8 +305,8 @@ Plan plan(CommandQueue& q, Request& r) {
         p.status = st::kSglInvalidType;
       else if (len != s.sgl.length)
         p.status = st::kSglInvalidDataLength;
-      else if (len > kLogPageMax || offset > kLogPageMax)
-        p.status = st::kInvalidField;
+      else if (len > kLogPageMax || offset > kLogPageMax || offset + len > kLogPageMax)
+        p.status = st::kInvalidField;  // the page is built in one buffer of offset + len
       else
         p.buffer_bytes = uint32_t(std::max<uint64_t>(offset + len, 4096));
       return p;

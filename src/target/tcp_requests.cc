@@ -2,6 +2,7 @@
 // through the buffer pool, R2T, the command sets and device I/O (see request.h).
 #include <cstring>
 
+#include "common/log.h"
 #include "target/target.h"
 #include "target/tcp_queue.h"
 
@@ -48,6 +49,13 @@ void TcpQueue::start(Request& r) {
     plan = nvm::plan(*this, r);
   if (plan.status != st::kSuccess) return complete(r, plan.status, plan.result);
   r.fetch = plan.fetch && !r.in_capsule;  // in-capsule data is there already
+  if (plan.buffer_bytes > pool_.max_buffer()) {
+    // No buffer that large exists: waiting would hand out a smaller one. A plan asking for
+    // it is a target bug, so it is logged, and the command fails instead of overflowing.
+    LOG_WARN("opcode 0x%02x asks for a %u-byte buffer, over the pool's largest (%u)", s.opcode,
+             plan.buffer_bytes, pool_.max_buffer());
+    return complete(r, st::kInternalError);
+  }
   if (plan.buffer_bytes > r.buf_bytes) {
     give_back_buffer(r);
     r.buf_bytes = plan.buffer_bytes;

@@ -303,6 +303,15 @@ TEST_F(TargetFixture, FullExchange) {
   r = admin.exec(nvme::make_get_log_page(nvme::log_page::kDiscovery, 0, 1024, 0), nullptr, 0,
                  page.data(), 1024);
   EXPECT_EQ(r.status(), st::kInvalidLogPage) << "discovery log on an I/O controller";
+  // Offset and length each within the longest page, their sum not: the page would be built
+  // past the end of its buffer (a fuzzer found the overflow).
+  std::vector<uint8_t> big(64 * 1024);
+  r = admin.exec(nvme::make_get_log_page(nvme::log_page::kChangedNs, 0, 8192, 60 * 1024), nullptr,
+                 0, big.data(), 8192);
+  EXPECT_EQ(r.status(), st::kInvalidField) << r.describe();
+  r = admin.exec(nvme::make_get_log_page(nvme::log_page::kChangedNs, 0, 64 * 1024, 0), nullptr, 0,
+                 big.data(), big.size());
+  ASSERT_TRUE(r.ok()) << "the longest page is still served: " << r.describe();
 
   // An unknown admin opcode.
   auto bogus = nvme::make_keep_alive();
