@@ -1,21 +1,26 @@
 #include "coalesce/scheduler.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 
 namespace sens::coalesce {
 
 // Semantics fixed here (the tests in tests/coalesce pin each of them down):
 //
 // * Counting. Every PDU, whatever the policy, counts in the total counter and the byte
-//   counter, so a kImmediate flush covers what is queued (usually 1 PDU). Only the semantic
-//   policy counts control PDUs in the control counter: under off/uniform queued_control()
-//   stays 0 and no control deadline is ever armed.
-// * Deadlines. Under uniform and semantic, the first PDU of an empty group (of any class)
-//   arms deadline = now + T; under semantic, the first control PDU of the group arms
+//   counter, so a kImmediate flush covers what is queued (usually 1 PDU). Only semantic and
+//   adaptive count control PDUs in the control counter: under off/eager/uniform
+//   queued_control() stays 0.
+// * Deadlines. Under uniform, semantic and adaptive, the first PDU of an empty group (of any
+//   class) arms deadline = now + T; under semantic, the first control PDU of the group arms
 //   ctrl_deadline = now + Tc. Neither is re-armed or moved until the group is flushed; the
-//   control deadline never moves the global one. Policy off arms nothing.
+//   control deadline never moves the global one. Off and eager arm nothing.
+// * on_pass_end (eager, adaptive) is where those two flush: eager always (kPassEnd),
+//   adaptive per its rule (see scheduler.h). It also measures the arrival rate, so the
+//   owner calls it at the end of every pass in which the connection enqueued or held PDUs.
 // * on_enqueue order: kUrgent -> kImmediate, policy off -> kImmediate, then kCapacity
-//   (total >= B), kControlCapacity (semantic, control >= c2), kByteCap (bytes >= cap), then an
+//   (total >= B), kControlCapacity (semantic/adaptive, control >= c2), kByteCap (bytes >= cap), then an
 //   already-expired deadline (same rule as on_timer). The counters are compared with >=, so an
 //   owner that ignored a flush request is asked again on the next PDU. A deadline that is
 //   already due at enqueue (T or Tc of 0, or a late owner timer) flushes at once rather than
@@ -45,6 +50,10 @@ const char* policy_name(Policy p) {
   switch (p) {
     case Policy::kOff:
       return "off";
+    case Policy::kEager:
+      return "eager";
+    case Policy::kAdaptive:
+      return "adaptive";
     case Policy::kUniform:
       return "uniform";
     case Policy::kSemantic:
@@ -54,7 +63,8 @@ const char* policy_name(Policy p) {
 }
 
 bool parse_policy(std::string_view name, Policy* out) {
-  for (Policy p : {Policy::kOff, Policy::kUniform, Policy::kSemantic}) {
+  for (Policy p : {Policy::kOff, Policy::kEager, Policy::kUniform, Policy::kSemantic,
+                   Policy::kAdaptive}) {
     if (name == policy_name(p)) {
       *out = p;
       return true;
@@ -83,6 +93,10 @@ const char* reason_name(FlushReason r) {
       return "socket_full";
     case FlushReason::kClose:
       return "close";
+    case FlushReason::kPassEnd:
+      return "pass_end";
+    case FlushReason::kControlPassEnd:
+      return "control_pass_end";
     case FlushReason::kCount:
       break;
   }
@@ -91,6 +105,7 @@ const char* reason_name(FlushReason r) {
 
 void Stats::merge(const Stats& other) {
   pdus_sent += other.pdus_sent;
+  holds += other.holds;
   send_calls += other.send_calls;
   for (size_t i = 0; i < flushes.size(); ++i) flushes[i] += other.flushes[i];
   pdus_per_flush.merge(other.pdus_per_flush);
@@ -103,26 +118,103 @@ FlushReason Scheduler::on_enqueue(PduClass cls, uint32_t bytes) {
   const Nanos now = clock_.now();
   const Policy policy = config_.policy;
   const bool coalescing = policy != Policy::kOff;
+  // Eager holds nothing past the pass, so it needs no timer; adaptive's T bounds a hold.
+  const bool timed = policy == Policy::kUniform || policy == Policy::kSemantic ||
+                     policy == Policy::kAdaptive;
+  // Adaptive counts control PDUs like semantic (c2 still flushes early) but has no Tc: its
+  // control PDUs leave at the end of the pass.
+  const bool classes = policy == Policy::kSemantic || policy == Policy::kAdaptive;
 
-  if (pdus_ == 0 && coalescing) deadline_ = saturating_add(now, config_.timeout);
+  if (pdus_ == 0 && timed) deadline_ = saturating_add(now, config_.timeout);
   ++pdus_;
+  ++pass_pdus_;
   bytes_ = bytes > UINT32_MAX - bytes_ ? UINT32_MAX : bytes_ + bytes;
 
   if (cls == PduClass::kControl) {
     track_r2t(now);
-    if (policy == Policy::kSemantic) {
-      if (ctrl_ == 0) ctrl_deadline_ = saturating_add(now, config_.ctrl_timeout);
+    if (classes) {
+      if (ctrl_ == 0 && policy == Policy::kSemantic)
+        ctrl_deadline_ = saturating_add(now, config_.ctrl_timeout);
       ++ctrl_;
     }
   }
 
   if (cls == PduClass::kUrgent || !coalescing) return FlushReason::kImmediate;
   if (pdus_ >= config_.pdus) return FlushReason::kCapacity;
-  if (policy == Policy::kSemantic && ctrl_ > 0 && ctrl_ >= config_.ctrl_pdus) {
-    return FlushReason::kControlCapacity;
-  }
+  if (classes && ctrl_ > 0 && ctrl_ >= config_.ctrl_pdus) return FlushReason::kControlCapacity;
   if (config_.bytes > 0 && bytes_ >= config_.bytes) return FlushReason::kByteCap;
   return expired(now);
+}
+
+double Scheduler::arrival_rate() const {
+  if (ewma_pass_gap_ns_ <= 0) return 0;
+  return ewma_pass_pdus_ / ewma_pass_gap_ns_ * double(kSecond);
+}
+
+double Scheduler::hold_threshold(uint32_t room) {
+  // E[min(N, room)] = sum_{k<room} P(N > k) grows with mu from 0 to room; for room >= 2 it
+  // reaches 1 between mu = 1 (room -> inf, where it tends to mu) and ~1.15 (room = 2).
+  constexpr uint32_t kTable = 64;
+  static const std::array<double, kTable + 1> table = [] {
+    std::array<double, kTable + 1> t{};
+    auto gain = [](double mu, uint32_t r) {
+      double pmf = std::exp(-mu), cdf = pmf, sum = 0;  // P(N = 0), P(N <= 0)
+      for (uint32_t k = 0; k < r; ++k) {
+        sum += 1 - cdf;  // P(N > k)
+        pmf *= mu / double(k + 1);
+        cdf += pmf;
+      }
+      return sum;
+    };
+    t[0] = t[1] = INFINITY;
+    for (uint32_t r = 2; r <= kTable; ++r) {
+      double lo = 0.5, hi = 2.0;
+      for (int i = 0; i < 60; ++i) {
+        double mid = (lo + hi) / 2;
+        (gain(mid, r) >= 1 ? hi : lo) = mid;
+      }
+      t[r] = hi;
+    }
+    return t;
+  }();
+  return table[std::min(room, kTable)];
+}
+
+FlushReason Scheduler::on_pass_end(double busy) {
+  const Nanos now = clock_.now();
+  if (pass_pdus_ > 0) {
+    if (last_arrival_pass_ >= 0) {
+      const double gap = double(std::max<Nanos>(now - last_arrival_pass_, 1));
+      const double n = double(pass_pdus_);
+      constexpr double kWeight = 1.0 / 8;  // about the last 8 passes with arrivals
+      if (ewma_pass_gap_ns_ <= 0) {
+        ewma_pass_gap_ns_ = gap;
+        ewma_pass_pdus_ = n;
+      } else {
+        ewma_pass_gap_ns_ += kWeight * (gap - ewma_pass_gap_ns_);
+        ewma_pass_pdus_ += kWeight * (n - ewma_pass_pdus_);
+      }
+    }
+    last_arrival_pass_ = now;
+    pass_pdus_ = 0;
+  }
+  if (pdus_ == 0) return FlushReason::kNone;
+  switch (config_.policy) {
+    case Policy::kEager:
+      return FlushReason::kPassEnd;
+    case Policy::kAdaptive: {
+      if (ctrl_ > 0) return FlushReason::kControlPassEnd;
+      if (FlushReason due = expired(now); due != FlushReason::kNone) return due;
+      if (busy < kHoldBusy) return FlushReason::kPassEnd;
+      const uint32_t room = config_.pdus > pdus_ ? config_.pdus - pdus_ : 0;
+      const double mu = arrival_rate() * double(deadline_ - now) / double(kSecond);
+      if (mu < hold_threshold(room)) return FlushReason::kPassEnd;
+      ++stats_.holds;
+      return FlushReason::kNone;
+    }
+    default:
+      return FlushReason::kNone;  // the other policies decide on enqueue and on their timers
+  }
 }
 
 FlushReason Scheduler::on_timer() {

@@ -13,8 +13,12 @@ namespace sens::coalesce {
 
 enum class Policy : uint8_t {
   kOff,       // every PDU is sent at once, alone (the Linux kernel today)
+  kEager,     // a connection's PDUs leave together once the reactor pass has handled every
+              // ready event (SPDK's posix sockets flush once per poll)
   kUniform,   // one capacity B and one timer T for all PDUs (i10, PGIC)
   kSemantic,  // uniform plus a control counter c2 and a shorter timer Tc for R2T (SENS)
+  kAdaptive,  // eager, except that data PDUs are held past the pass while holding pays (see
+              // Scheduler::on_pass_end); control PDUs always leave with the pass
 };
 const char* policy_name(Policy p);
 bool parse_policy(std::string_view name, Policy* out);
@@ -33,12 +37,14 @@ enum class FlushReason : uint8_t {
   kByteCap,          // the byte cap reached
   kSocketFull,       // a partial send resumed when the socket became writable
   kClose,            // the connection is closing
+  kPassEnd,          // eager/adaptive: the reactor pass ended (adaptive: holding would not pay)
+  kControlPassEnd,   // adaptive: the pass ended with a control PDU in the group
   kCount
 };
 const char* reason_name(FlushReason r);  // JSON keys: "capacity", "control_timer", ...
 
 struct Config {
-  Policy policy = Policy::kSemantic;
+  Policy policy = Policy::kAdaptive;
   uint32_t pdus = 16;                // B (--pg-pdus)
   Nanos timeout = 50 * kMicro;       // T (--pg-timeout-us)
   uint32_t ctrl_pdus = 4;            // c2 (--ctrl-pdus)
@@ -51,6 +57,7 @@ inline constexpr Nanos kNoDeadline = INT64_MAX;
 // Counters a connection exports (summed over connections by the owner).
 struct Stats {
   uint64_t pdus_sent = 0;
+  uint64_t holds = 0;  // adaptive: pass ends at which the group was held, not flushed
   uint64_t send_calls = 0;  // filled by the sender: sendmsg() calls made
   std::array<uint64_t, size_t(FlushReason::kCount)> flushes{};
   Histogram pdus_per_flush;
@@ -71,6 +78,25 @@ class Scheduler {
   Nanos next_deadline() const;
   // The group was handed to the socket for `reason`: record the flush and start a new group.
   void on_flushed(FlushReason reason);
+
+  // Eager and adaptive: the reactor has handled every ready event of its pass. `busy` is the
+  // reactor's recent busy fraction (0..1: time spent working, not waiting for events). Returns
+  // the reason to flush now, or kNone to hold the group (adaptive) or when it is empty.
+  //
+  // Adaptive holds a group of data PDUs only when both hold:
+  //  * the reactor is saturated (busy >= kHoldBusy): coalescing trades latency for CPU, so it
+  //    pays only where CPU is what limits; a reactor with idle time flushes at once, which is
+  //    also why a QD1 exchange (the reactor waits for the peer) never holds;
+  //  * the model expects at least one more PDU to join before the timer: with the
+  //    connection's measured arrival rate lambda and the time left to the deadline, Eq. 1
+  //    gives E[B_eff] >= 2 for the room left in the group (see hold_threshold()).
+  FlushReason on_pass_end(double busy);
+  // The smallest expected arrival count mu = lambda * t for which a group with `room` more
+  // places gains at least one PDU on average: E[min(N(mu), room)] >= 1 (infinite for room < 2).
+  static double hold_threshold(uint32_t room);
+  static constexpr double kHoldBusy = 0.9;
+  // The connection's arrival rate (PDUs per second) as the adaptive rule sees it.
+  double arrival_rate() const;
 
   // Observable state (Figure 3 of the paper).
   uint32_t queued_pdus() const { return pdus_; }     // total counter
@@ -95,6 +121,12 @@ class Scheduler {
   uint64_t r2t_overflow_ = 0, r2t_overflow_offsets_ = 0;
   Nanos r2t_overflow_base_ = 0;
   Stats stats_;
+
+  // Arrivals per pass, for the adaptive rule: PDUs enqueued since the last pass end, and
+  // EWMAs of PDUs per pass with arrivals and of the time between such passes.
+  uint32_t pass_pdus_ = 0;
+  Nanos last_arrival_pass_ = -1;
+  double ewma_pass_pdus_ = 0, ewma_pass_gap_ns_ = 0;
 
   FlushReason expired(Nanos now) const;  // the timer reason due at `now`, or kNone
   void track_r2t(Nanos now);

@@ -22,6 +22,7 @@ nlohmann::json to_json(const Stats& stats) {
   }
   return {{"pdus_sent", stats.pdus_sent},
           {"send_calls", stats.send_calls},
+          {"holds", stats.holds},
           {"flushes", std::move(flushes)},
           {"pdus_per_flush", brief(stats.pdus_per_flush, 1.0)},
           {"r2t_delay_us", brief(stats.r2t_delay_ns, double(kMicro))}};

@@ -126,6 +126,7 @@ struct Usage {
 
 struct Syscalls {
   uint64_t send = 0, recv = 0, polls = 0;
+  uint64_t sleeps = 0, spins = 0, wakeups = 0;  // the reactor's polls, by outcome
 };
 
 class Engine {
@@ -422,6 +423,9 @@ Syscalls Engine::syscalls() const {
     s.recv += ctrl_.io_queue(i).recv_counters().recv_calls;
   }
   s.polls = reactor_.stats().polls;
+  s.sleeps = reactor_.stats().sleeps;
+  s.spins = reactor_.stats().spins;
+  s.wakeups = reactor_.stats().wakeups;
   return s;
 }
 
@@ -474,6 +478,7 @@ void Engine::start_phase(Phase p) {
 int Engine::run() {
   // The default 50 us timer slack would swallow the 10 us coalescing timers.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  reactor_.set_poll(o_.poll, Nanos(o_.poll_max_us * double(kMicro)));
   if (std::string e = setup(); !e.empty()) {
     std::fprintf(stderr, "sens perf: %s\n", e.c_str());
     return 1;
@@ -481,11 +486,12 @@ int Engine::run() {
   const Queue& q1 = ctrl_.io_queue(0);
   std::fprintf(out_,
                "sens perf: %s, cntlid %u, namespace %u: %s in %u-byte blocks; %u I/O queue(s) "
-               "x qd %u, in-capsule %s, maxh2cdata %s, digests %s/%s, coalesce %s\n",
+               "x qd %u, in-capsule %s, maxh2cdata %s, digests %s/%s, coalesce %s, poll %s\n",
                o_.trid.subnqn.c_str(), ctrl_.cntlid(), ns_.nsid, format_size(ns_.bytes()).c_str(),
                ns_.block_size, o_.queues, o_.qd, format_size(ctrl_.io_incapsule_bytes()).c_str(),
                format_size(q1.maxh2cdata()).c_str(), o_.hdr_digest ? "hdr" : "-",
-               o_.data_digest ? "data" : "-", coalesce::policy_name(o_.coalesce.policy));
+               o_.data_digest ? "data" : "-", coalesce::policy_name(o_.coalesce.policy),
+               poll_mode_name(o_.poll));
   std::fprintf(out_, "%s %s, region %s, %.1f s", rw_name(o_.rw), format_size(o_.bs).c_str(),
                format_size(region_).c_str(), o_.time_s);
   if (o_.warmup_s > 0) std::fprintf(out_, " after %.1f s warm-up", o_.warmup_s);
@@ -601,7 +607,10 @@ void Engine::report() {
   const long ivcs = usage_end_.nivcsw - usage_start_.nivcsw;
   const double ios = double(std::max<uint64_t>(total.ios, 1));
   const uint64_t send = sys_end_.send - sys_start_.send, recv = sys_end_.recv - sys_start_.recv,
-                 polls = sys_end_.polls - sys_start_.polls;
+                 polls = sys_end_.polls - sys_start_.polls,
+                 sleeps = sys_end_.sleeps - sys_start_.sleeps,
+                 spins = sys_end_.spins - sys_start_.spins,
+                 wakeups = sys_end_.wakeups - sys_start_.wakeups;
 
   auto line = [&](const char* name, const DirStats& d) {
     if (!d.ios) return;
@@ -624,8 +633,12 @@ void Engine::report() {
                  "cpu: usr %.2f s (%.1f%%) sys %.2f s (%.1f%%); ctx switches: voluntary %ld "
                  "involuntary %ld\n",
                  usr, 100 * usr / secs, sys, 100 * sys / secs, vcs, ivcs);
-    std::fprintf(out_, "syscalls per I/O: send %.3f recv %.3f epoll %.3f\n", double(send) / ios,
-                 double(recv) / ios, double(polls) / ios);
+    std::fprintf(out_,
+                 "syscalls per I/O: send %.3f recv %.3f epoll %.3f; poll %s: %.3f sleeps, "
+                 "%.3f empty spins, %.3f wake-ups per I/O\n",
+                 double(send) / ios, double(recv) / ios, double(polls) / ios,
+                 poll_mode_name(o_.poll), double(sleeps) / ios, double(spins) / ios,
+                 double(wakeups) / ios);
     std::fprintf(out_,
                  "coalesce %s: %llu PDUs in %llu send calls, %.2f PDUs/flush, H2CData "
                  "queueing delay avg %.1f us\n",
@@ -696,6 +709,13 @@ void Engine::report() {
                         {"send_per_io", double(send) / ios},
                         {"recv_per_io", double(recv) / ios},
                         {"epoll_per_io", double(polls) / ios}}},
+                      {"poll",
+                       {{"mode", poll_mode_name(o_.poll)},
+                        {"max_spin_us", o_.poll_max_us},
+                        {"sleeps", sleeps},
+                        {"spins", spins},
+                        {"wakeups", wakeups},
+                        {"timer_late_us", reactor_.stats_json()["timer_late_us"]}}},
                       {"coalesce", coalesce::to_json(coalesce_)},
                       {"verify",
                        {{"enabled", o_.verify},

@@ -9,6 +9,7 @@
 
 #include "coalesce/scheduler.h"
 #include "host/trid.h"
+#include "reactor/reactor.h"
 
 namespace sens::host {
 
@@ -36,6 +37,8 @@ struct PerfOptions {
   uint32_t nsid = 0;            // 0: the first active namespace
   std::string json_path;        // "-" is stdout
   coalesce::Config coalesce;
+  PollMode poll = PollMode::kAdaptive;
+  double poll_max_us = 50;
   bool hdr_digest = false;
   bool data_digest = false;
   bool disable_sqflow = false;

@@ -149,6 +149,7 @@ bool Queue::submit(const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir, C
   s.tag = tag;
   s.active = true;
   ++inflight_;
+  reactor_.add_outstanding(1);  // hybrid polling: a completion is on its way
   ++counters_.submitted;
 
   const uint32_t incapsule = s.in_capsule ? len : 0;
@@ -420,6 +421,7 @@ void Queue::complete(uint16_t cid) {
   s.cb = nullptr;
   free_.push_back(cid);
   --inflight_;
+  reactor_.add_outstanding(-1);
   ++counters_.completed;
   if (cb) cb(ctx, tag, result);  // may submit again, reusing this very slot
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -135,6 +136,7 @@ void Reactor::fire_timers() {
   Nanos now = clock_.now();
   while (!heap_.empty() && heap_[0]->deadline_ <= now) {
     Timer* t = heap_[0];
+    stats_.timer_late_ns.record(uint64_t(now - t->deadline_));
     heap_remove(0);
     ++stats_.timers_fired;
     t->fire_();
@@ -167,19 +169,83 @@ void Reactor::drain_mailbox() {
   mailbox_running_.clear();
 }
 
-void Reactor::run_once(Nanos max_wait) {
-  t_current = this;
+const char* poll_mode_name(PollMode m) {
+  switch (m) {
+    case PollMode::kOff:
+      return "off";
+    case PollMode::kAdaptive:
+      return "adaptive";
+    case PollMode::kAlways:
+      return "always";
+  }
+  return "unknown";
+}
+
+bool parse_poll_mode(std::string_view name, PollMode* out) {
+  for (PollMode m : {PollMode::kOff, PollMode::kAdaptive, PollMode::kAlways}) {
+    if (name == poll_mode_name(m)) {
+      *out = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+void Reactor::set_poll(PollMode mode, Nanos max_spin) {
+  poll_mode_ = mode;
+  max_spin_ = std::max<Nanos>(max_spin, 0);
+}
+
+void Reactor::at_pass_end(PassEndHandler& h) {
+  if (h.pass_end_queued_) return;
+  h.pass_end_queued_ = true;
+  pass_end_.push_back(&h);
+}
+
+void Reactor::cancel_pass_end(PassEndHandler& h) {
+  if (!h.pass_end_queued_) return;
+  h.pass_end_queued_ = false;
+  // Rare (a connection closing with PDUs queued): a linear search is fine.
+  for (auto* list : {&pass_end_, &pass_end_running_})
+    for (auto& p : *list)
+      if (p == &h) p = nullptr;
+}
+
+Nanos Reactor::poll_wait(Nanos max_wait) const {
   Nanos wait = max_wait;  // < 0: no limit
-  if (!deferred_.empty()) wait = 0;
+  if (!deferred_.empty() || !pass_end_.empty()) return 0;
   if (!heap_.empty()) {
     Nanos until = std::max<Nanos>(heap_[0]->deadline_ - clock_.now(), 0);
     if (wait < 0 || until < wait) wait = until;
   }
+  if (wait == 0 || poll_mode_ == PollMode::kOff) return wait;
+  if (poll_mode_ == PollMode::kAlways) return 0;
+  // Adaptive: spin while the next event is likely to come before a sleep would even end.
+  Nanos budget = outstanding_ > 0 ? max_spin_
+                                  : std::min<Nanos>(max_spin_, Nanos(2 * event_gap_ns_));
+  return clock_.now() - last_event_ < budget ? 0 : wait;
+}
+
+void Reactor::run_once(Nanos max_wait) {
+  t_current = this;
+  const Nanos wait = poll_wait(max_wait);
   timespec ts{time_t(wait / kSecond), long(wait % kSecond)};
   ++stats_.polls;
+  if (wait != 0) ++stats_.sleeps;
+  const Nanos poll_start = clock_.now();
   int n =
       epoll_pwait2(epfd_, events_.data(), int(events_.size()), wait < 0 ? nullptr : &ts, nullptr);
-  if (n > 0) ++stats_.wakeups;
+  const Nanos poll_end = clock_.now();
+  const uint64_t fired_before = stats_.timers_fired;
+  if (n > 0) {
+    ++stats_.wakeups;
+    // The gap between passes with events, for adaptive polling's budget.
+    const double gap = double(poll_end - last_event_);
+    event_gap_ns_ = event_gap_ns_ <= 0 ? gap : event_gap_ns_ + (gap - event_gap_ns_) / 8;
+    last_event_ = poll_end;
+  } else if (wait == 0) {
+    ++stats_.spins;
+  }
   for (int i = 0; i < n; ++i) {
     if (events_[i].data.u64 == kWakeupTag) {
       drain_mailbox();
@@ -188,24 +254,68 @@ void Reactor::run_once(Nanos max_wait) {
     static_cast<EventHandler*>(events_[i].data.ptr)->on_event(events_[i].events);
   }
   fire_timers();
-  // Deferred work may defer more; run what was queued, then what it queued, until quiet.
-  while (!deferred_.empty()) {
-    deferred_running_.swap(deferred_);
-    for (auto& fn : deferred_running_) fn();
-    deferred_running_.clear();
+  const bool worked = n > 0 || stats_.timers_fired != fired_before || !deferred_.empty() ||
+                      !pass_end_.empty();
+  run_deferred_and_pass_end();
+  account(poll_start, poll_end, clock_.now(), worked);
+}
+
+void Reactor::run_deferred_and_pass_end() {
+  // Deferred work may defer more, and flushes may complete sends whose callbacks queue more:
+  // run both until quiet.
+  for (;;) {
+    while (!deferred_.empty()) {
+      deferred_running_.swap(deferred_);
+      for (auto& fn : deferred_running_) fn();
+      deferred_running_.clear();
+    }
+    if (pass_end_.empty()) break;
+    pass_end_running_.swap(pass_end_);
+    for (size_t i = 0; i < pass_end_running_.size(); ++i) {
+      PassEndHandler* h = pass_end_running_[i];
+      if (!h) continue;  // cancelled
+      h->pass_end_queued_ = false;
+      h->on_pass_end();
+    }
+    pass_end_running_.clear();
+    if (deferred_.empty()) break;  // handlers that queue themselves again wait for the next pass
   }
 }
 
-void Reactor::run(Nanos busy_poll_ns) {
+void Reactor::account(Nanos poll_start, Nanos poll_end, Nanos pass_end, bool worked) {
+  // Busy: handling a pass that had work, and whatever the owner did between two run_once()
+  // calls; waiting in (or spinning on) epoll is idle.
+  const Nanos prev_end = last_pass_end_;
+  last_pass_end_ = pass_end;
+  if (prev_end <= 0 || pass_end <= prev_end) return;
+  const Nanos since = pass_end - prev_end;
+  const Nanos busy =
+      std::max<Nanos>(poll_start - prev_end, 0) + (worked ? pass_end - poll_end : 0);
+  constexpr double kWindow = 200.0 * kMicro;
+  const double alpha = std::min(1.0, double(since) / kWindow);
+  busy_ += alpha * (std::min(double(busy) / double(since), 1.0) - busy_);
+}
+
+nlohmann::json Reactor::stats_json() const {
+  const nlohmann::json late = stats_.timer_late_ns.summary(double(kMicro));
+  return {{"polls", stats_.polls},
+          {"sleeps", stats_.sleeps},
+          {"spins", stats_.spins},
+          {"wakeups", stats_.wakeups},
+          {"timers_fired", stats_.timers_fired},
+          {"busy", busy_},
+          {"poll", poll_mode_name(poll_mode_)},
+          {"timer_late_us",
+           {{"count", late.at("count")},
+            {"p50", late.at("p50")},
+            {"p99", late.at("p99")},
+            {"max", late.at("max")}}}};
+}
+
+void Reactor::run() {
   t_current = this;
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  Nanos last_event = clock_.now();
-  while (!stop_.load(std::memory_order_relaxed)) {
-    uint64_t before = stats_.wakeups + stats_.timers_fired;
-    bool spin = busy_poll_ns > 0 && clock_.now() - last_event < busy_poll_ns;
-    run_once(spin ? 0 : 100 * kMilli);
-    if (stats_.wakeups + stats_.timers_fired != before) last_event = clock_.now();
-  }
+  while (!stop_.load(std::memory_order_relaxed)) run_once(100 * kMilli);
 }
 
 void Reactor::stop() {

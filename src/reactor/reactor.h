@@ -8,9 +8,12 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/histogram.h"
 
 namespace sens {
 
@@ -41,10 +44,34 @@ class Timer {
   Reactor* reactor_ = nullptr;
 };
 
+// Something that wants to run once the reactor has handled every ready event of a pass (a
+// connection flushing what the pass queued: the eager and adaptive coalescing policies).
+class PassEndHandler {
+ public:
+  virtual ~PassEndHandler() = default;
+  virtual void on_pass_end() = 0;
+
+ private:
+  friend class Reactor;
+  bool pass_end_queued_ = false;
+};
+
+// How a reactor waits for events (--poll).
+enum class PollMode : uint8_t {
+  kOff,       // always sleep in epoll (a cross-core wake-up costs ~25-30 us here)
+  kAdaptive,  // spin on zero-timeout polls while events are expected soon, then sleep
+  kAlways,    // never sleep (SPDK-style: one core per reactor)
+};
+const char* poll_mode_name(PollMode m);
+bool parse_poll_mode(std::string_view name, PollMode* out);
+
 struct ReactorStats {
   uint64_t wakeups = 0;  // epoll_pwait2 calls that returned events or fired timers
   uint64_t polls = 0;    // epoll_pwait2 calls
   uint64_t timers_fired = 0;
+  uint64_t sleeps = 0;  // polls that could block (a timeout other than zero)
+  uint64_t spins = 0;   // zero-timeout polls that found nothing (hybrid polling)
+  Histogram timer_late_ns;  // how long after its deadline each timer fired
 };
 
 class Reactor {
@@ -70,12 +97,29 @@ class Reactor {
   // that want every event of this iteration first). Must be called on the reactor's thread.
   void defer(std::function<void()> fn);
 
+  // Runs `h.on_pass_end()` once, after this pass has handled every ready event, timer and
+  // deferred function (the next pass, if called between passes). Queuing it twice in one pass
+  // runs it once. A handler must cancel_pass_end() itself before it is destroyed.
+  void at_pass_end(PassEndHandler& h);
+  void cancel_pass_end(PassEndHandler& h);
+
+  // The share of recent time (about the last 200 us) this reactor spent handling events
+  // rather than waiting for them, 0..1. Spinning polls count as waiting.
+  double busy_fraction() const { return busy_; }
+
+  // Hybrid polling. `max_spin` bounds one adaptive spin; `outstanding` counts work the owner
+  // expects an answer for (commands in flight): while it is non-zero, adaptive spins up to
+  // max_spin after the last event, else up to twice the recent time between events.
+  void set_poll(PollMode mode, Nanos max_spin);
+  PollMode poll_mode() const { return poll_mode_; }
+  void add_outstanding(int64_t delta) { outstanding_ += delta; }
+  int64_t outstanding() const { return outstanding_; }
+
   // Thread-safe: runs `fn` on the reactor's thread soon (wakes it if asleep).
   void post(std::function<void()> fn);
 
-  // Runs until stop(). `busy_poll_ns` > 0 spins with zero-timeout polls for that long after the
-  // last event before sleeping (trades CPU for latency).
-  void run(Nanos busy_poll_ns = 0);
+  // Runs until stop(), polling as set_poll() says.
+  void run();
   void stop();  // thread-safe
   bool stopping() const { return stop_.load(std::memory_order_relaxed); }
 
@@ -83,8 +127,12 @@ class Reactor {
   // tests and for owners that drive the loop themselves. `max_wait` < 0: no limit but the
   // timers (an untimed epoll wait arms no kernel timer).
   void run_once(Nanos max_wait);
+  // The wait run_once(max_wait) would use now, after hybrid polling's decision (0: spin).
+  Nanos poll_wait(Nanos max_wait) const;
 
   const ReactorStats& stats() const { return stats_; }
+  // {"polls","sleeps","spins","wakeups","timers_fired","busy","poll","timer_late_us":{...}}
+  nlohmann::json stats_json() const;
 
   // The reactor running on the calling thread, if any.
   static Reactor* current();
@@ -95,6 +143,8 @@ class Reactor {
   void heap_remove(int i);
   void fire_timers();
   void drain_mailbox();
+  void run_deferred_and_pass_end();
+  void account(Nanos poll_start, Nanos poll_end, Nanos pass_end, bool worked);
 
   int index_;
   int epfd_ = -1;
@@ -102,6 +152,14 @@ class Reactor {
   MonotonicClock clock_;
   std::vector<Timer*> heap_;
   std::vector<std::function<void()>> deferred_, deferred_running_;
+  std::vector<PassEndHandler*> pass_end_, pass_end_running_;
+  double busy_ = 0;
+  Nanos last_pass_end_ = 0;
+  PollMode poll_mode_ = PollMode::kOff;
+  Nanos max_spin_ = 50 * kMicro;
+  int64_t outstanding_ = 0;
+  Nanos last_event_ = 0;
+  double event_gap_ns_ = 0;  // EWMA of the time between passes that had events
   std::mutex mailbox_mu_;
   std::vector<std::function<void()>> mailbox_, mailbox_running_;
   std::atomic<bool> stop_{false};

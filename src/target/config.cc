@@ -210,7 +210,7 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
       }
     } else if (key == "inline_data" || key == "max_h2c_data" || key == "max_io" ||
                key == "queue_size" || key == "max_io_queues" || key == "cores" ||
-               key == "busy_poll_us" || key == "sock_buf" || key == "max_connections") {
+               key == "poll_max_us" || key == "sock_buf" || key == "max_connections") {
       if (!json_size(v, key, &n, error)) return false;
       if (n > UINT32_MAX) {
         *error = "config key '" + key + "': too large";
@@ -233,7 +233,12 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
       else if (key == "max_connections")
         c->max_connections = uint32_t(n);
       else
-        c->busy_poll_us = n;
+        c->poll_max_us = n;
+    } else if (key == "poll") {
+      if (!v.is_string() || !parse_poll_mode(v.get<std::string>(), &c->poll)) {
+        *error = "config key 'poll': expected \"off\", \"adaptive\" or \"always\"";
+        return false;
+      }
     } else if (key == "buffer_pool") {
       if (!json_size(v, key, &n, error)) return false;
       c->buffer_pool = n;
@@ -246,7 +251,9 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
         if (k2 == "policy") {
           if (!v2.is_string() ||
               !coalesce::parse_policy(v2.get<std::string>(), &c->coalesce.policy)) {
-            *error = "coalesce key 'policy': expected \"off\", \"uniform\" or \"semantic\"";
+            *error =
+                "coalesce key 'policy': expected \"off\", \"eager\", \"uniform\", "
+                "\"semantic\" or \"adaptive\"";
             return false;
           }
           continue;
@@ -300,7 +307,8 @@ std::string to_json_text(const TargetConfig& c) {
   j["queue_size"] = c.queue_size;
   j["max_io_queues"] = c.max_io_queues;
   j["cores"] = c.cores;
-  j["busy_poll_us"] = c.busy_poll_us;
+  j["poll"] = poll_mode_name(c.poll);
+  j["poll_max_us"] = c.poll_max_us;
   j["sock_buf"] = c.sock_buf;
   j["max_connections"] = c.max_connections;
   j["buffer_pool"] = c.buffer_pool;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "coalesce/scheduler.h"
+#include "reactor/reactor.h"
 
 namespace sens::target {
 
@@ -30,7 +31,8 @@ struct TargetConfig {
   uint32_t max_io_queues = 64;
   int cores = 1;
   int first_core = -1;  // pin reactor i to core first_core + i; -1: no pinning
-  uint64_t busy_poll_us = 0;
+  PollMode poll = PollMode::kAdaptive;  // how reactors wait for events (--poll)
+  uint64_t poll_max_us = 50;             // the longest adaptive spin (--poll-max-us)
   uint32_t sock_buf = 0;                // SO_SNDBUF of accepted sockets; 0: the kernel's default
   uint32_t max_connections = 4096;      // open connections (all queues of all hosts)
   uint64_t buffer_pool = 256ull << 20;  // I/O buffer bytes per reactor (in-flight data bound)

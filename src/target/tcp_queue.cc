@@ -60,6 +60,7 @@ TcpQueue::TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint)
 
 TcpQueue::~TcpQueue() {
   if (!closed_) close("destroyed");
+  ctx_.reactor.add_outstanding(-active_requests_);  // requests a close left behind
   inline_pool_.cancel(&reader_waiter_);
   inline_pool_.put(held_buf_, held_bytes_);
   for (auto& s : slots_) {
@@ -300,6 +301,8 @@ bool TcpQueue::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& lay
   Slot* slot = take_slot();
   Request& r = slot->req;
   states_.advance(r, S::kNew);
+  ++active_requests_;
+  ctx_.reactor.add_outstanding(1);  // hybrid polling: an answer is on its way
   r.sqe = cmd.sqe;
   r.buf = buf;
   r.buf_bytes = buf_bytes;
@@ -460,6 +463,8 @@ void TcpQueue::release(Request& r) {
   give_back_buffer(r);
   r.buf_bytes = 0;
   states_.advance(r, S::kFree);
+  --active_requests_;
+  ctx_.reactor.add_outstanding(-1);
   free_.push_back(r.index);
 }
 

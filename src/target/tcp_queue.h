@@ -137,6 +137,7 @@ class TcpQueue final : public CommandQueue,
 
   std::vector<std::unique_ptr<Slot>> slots_;  // grown on demand up to sq_entries_
   std::vector<uint16_t> free_;
+  int64_t active_requests_ = 0;    // not FREE; summed into the reactor's outstanding count
   std::vector<uint64_t> cids_;     // bitmap of command ids outstanding (I/O and admin queues)
   std::vector<uint16_t> resumed_;  // slots the pool has served, to run from the loop
   bool resume_scheduled_ = false;

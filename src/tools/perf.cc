@@ -13,7 +13,8 @@ namespace {
 int perf_main(int argc, char** argv) {
   using sens::host::PerfOptions;
   PerfOptions o;
-  std::string rw = "randread", bs = "4k", size = "64M", policy = "semantic", pg_bytes = "65536";
+  std::string rw = "randread", bs = "4k", size = "64M", policy = "adaptive", poll = "adaptive",
+              pg_bytes = "65536";
   double pg_timeout_us = 50, ctrl_timeout_us = 10;
   bool quiet = false;
   CLI::App app{
@@ -39,7 +40,15 @@ int perf_main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "verify pattern seed (0: random)");
   app.add_option("--nsid", o.nsid, "namespace (0: the first active one)");
   app.add_option("--json", o.json_path, "write the report as JSON to FILE ('-' for stdout)");
-  app.add_option("--coalesce", policy, "off|uniform|semantic")->capture_default_str();
+  app.add_option("--coalesce", policy,
+                 "off|eager|uniform|semantic|adaptive (see sens target --help)")
+      ->capture_default_str();
+  app.add_option("--poll", poll,
+                 "off (sleep in epoll), adaptive (spin while completions are due, then sleep), "
+                 "always (never sleep)")
+      ->capture_default_str();
+  app.add_option("--poll-max-us", o.poll_max_us, "the longest adaptive spin before sleeping")
+      ->capture_default_str();
   app.add_option("--pg-pdus", o.coalesce.pdus, "coalescing capacity B (PDUs)")
       ->capture_default_str();
   app.add_option("--pg-timeout-us", pg_timeout_us, "coalescing timer T")->capture_default_str();
@@ -74,7 +83,12 @@ int perf_main(int argc, char** argv) {
   if (!sz) return usage("--size '" + size + "' is not a size");
   o.size = *sz;
   if (!sens::coalesce::parse_policy(policy, &o.coalesce.policy))
-    return usage("--coalesce '" + policy + "': expected off, uniform or semantic");
+    return usage("--coalesce '" + policy +
+                 "': expected off, eager, uniform, semantic or adaptive");
+  if (!sens::parse_poll_mode(poll, &o.poll))
+    return usage("--poll '" + poll + "': expected off, adaptive or always");
+  if (!(o.poll_max_us >= 0) || o.poll_max_us > 1e6)
+    return usage("--poll-max-us must be between 0 and 1000000");
   auto pb = sens::parse_size(pg_bytes);
   if (!pb || *pb > UINT32_MAX) return usage("--pg-bytes '" + pg_bytes + "' is not a size");
   o.coalesce.bytes = uint32_t(*pb);

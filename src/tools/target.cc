@@ -36,7 +36,7 @@ int run_target(int argc, char** argv) {
   target::TargetConfig cfg, cli;  // cli: what the command line says, laid over the file
   std::vector<std::string> listen, namespaces, hosts;
   std::string nqn, config_file, inline_data = "8192", max_h2c = "128k", max_io = "128k",
-                                policy = "semantic", pg_bytes = "64k";
+                                policy = "adaptive", poll = "adaptive", pg_bytes = "64k";
   uint64_t pg_timeout_us = 50, ctrl_timeout_us = 10;
   bool verbose = false, quiet = false, dump = false;
   app.add_option("--config", config_file, "JSON file with any of the settings below (README)");
@@ -60,14 +60,20 @@ int run_target(int argc, char** argv) {
       ->default_val(128);
   app.add_option("--cores", cli.cores, "reactor threads (one per core)")->default_val(1);
   app.add_option("--pin", cli.first_core, "pin reactor i to core PIN + i")->default_val(-1);
-  app.add_option("--busy-poll-us", cli.busy_poll_us,
-                 "spin this long after the last event before sleeping (0: never spin)")
-      ->default_val(0);
+  app.add_option("--poll", poll,
+                 "how reactors wait for events: off (sleep in epoll), adaptive (spin while "
+                 "events are expected, then sleep), always (never sleep: a core per reactor)")
+      ->default_str("adaptive")
+      ->check(CLI::IsMember({"off", "adaptive", "always"}));
+  app.add_option("--poll-max-us", cli.poll_max_us, "the longest adaptive spin before sleeping")
+      ->default_val(50);
   app.add_option("--coalesce", policy,
-                 "PDU coalescing policy: off (one send per PDU), uniform (batch B / timer T), "
-                 "semantic (uniform + early R2T flush)")
-      ->default_str("semantic")
-      ->check(CLI::IsMember({"off", "uniform", "semantic"}));
+                 "PDU coalescing policy: off (one send per PDU), eager (one send per "
+                 "connection per event-loop pass), uniform (batch B / timer T), semantic "
+                 "(uniform + early R2T flush), adaptive (eager; holds data PDUs only while "
+                 "the reactor is saturated and more are due before T)")
+      ->default_str("adaptive")
+      ->check(CLI::IsMember({"off", "eager", "uniform", "semantic", "adaptive"}));
   app.add_option("--pg-pdus", cli.coalesce.pdus, "B: PDUs per group")->default_val(16);
   app.add_option("--pg-timeout-us", pg_timeout_us, "T: group timer, microseconds")->default_val(50);
   app.add_option("--ctrl-pdus", cli.coalesce.ctrl_pdus, "c2: R2Ts that flush a group")
@@ -108,7 +114,8 @@ int run_target(int argc, char** argv) {
   if (given("--queue-size")) cfg.queue_size = cli.queue_size;
   if (given("--cores")) cfg.cores = cli.cores;
   if (given("--pin")) cfg.first_core = cli.first_core;
-  if (given("--busy-poll-us")) cfg.busy_poll_us = cli.busy_poll_us;
+  if (given("--poll")) parse_poll_mode(poll, &cfg.poll);
+  if (given("--poll-max-us")) cfg.poll_max_us = cli.poll_max_us;
   if (given("--sock-buf")) cfg.sock_buf = cli.sock_buf;
   if (given("--max-connections")) cfg.max_connections = cli.max_connections;
   if (given("--buffer-pool")) {
@@ -220,11 +227,13 @@ int run_target(int argc, char** argv) {
                 b.discovery ? "discovery" : "I/O");
     if (!b.discovery && !first_io) first_io = &b;
   }
-  std::printf("coalescing: %s (B=%u T=%lldus c2=%u Tc=%lldus bytes=%u), %d reactor(s)\n",
-              coalesce::policy_name(cfg.coalesce.policy), cfg.coalesce.pdus,
-              static_cast<long long>(cfg.coalesce.timeout / kMicro), cfg.coalesce.ctrl_pdus,
-              static_cast<long long>(cfg.coalesce.ctrl_timeout / kMicro), cfg.coalesce.bytes,
-              cfg.cores);
+  std::printf(
+      "coalescing: %s (B=%u T=%lldus c2=%u Tc=%lldus bytes=%u), polling: %s (spin <= %lluus), "
+      "%d reactor(s)\n",
+      coalesce::policy_name(cfg.coalesce.policy), cfg.coalesce.pdus,
+      static_cast<long long>(cfg.coalesce.timeout / kMicro), cfg.coalesce.ctrl_pdus,
+      static_cast<long long>(cfg.coalesce.ctrl_timeout / kMicro), cfg.coalesce.bytes,
+      poll_mode_name(cfg.poll), static_cast<unsigned long long>(cfg.poll_max_us), cfg.cores);
   if (first_io) {
     std::printf("connect with:\n  nvme connect -t tcp -a %s -s %u -n %s\n", first_io->host.c_str(),
                 first_io->port, cfg.subsystems[0].nqn.c_str());

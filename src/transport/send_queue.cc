@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <algorithm>
 #include <cstring>
 
 namespace sens::transport {
@@ -22,6 +23,7 @@ SendQueue::SendQueue(Reactor& reactor, const coalesce::Config& config, Owner& ow
 
 SendQueue::~SendQueue() {
   reactor_.cancel(timer_);
+  reactor_.cancel_pass_end(*this);
 }
 
 void SendQueue::set_config(const coalesce::Config& config) {
@@ -36,26 +38,57 @@ void SendQueue::enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCal
 
 void SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
                                    coalesce::PduClass cls, SentCallback sent) {
+  using coalesce::Policy;
+  const Policy policy = scheduler_.config().policy;
+  // Socket full: a control PDU (it unblocks the peer) overtakes PDUs still waiting, under the
+  // policies that know PDU classes.
+  const bool overtake = blocked_ && cls == coalesce::PduClass::kControl &&
+                        (policy == Policy::kSemantic || policy == Policy::kAdaptive);
+  size_t at = overtake ? control_slot() : iov_.size();
+  const size_t first = at;
   uint32_t bytes = 0;
   for (int i = 0; i < n; ++i) {
     if (iov[i].iov_len == 0) continue;
-    iov_.push_back({iov[i], {}, i == changeable ? stable : nullptr});
+    Entry e{iov[i], {}, i == changeable ? stable : nullptr, at == first};
+    iov_.insert(iov_.begin() + long(at), e);
+    ++at;
     bytes += uint32_t(iov[i].iov_len);
   }
-  if (blocked_ && stable) snapshot_waiting();  // it will wait: copy it now
-  if (bytes == 0) {                            // nothing to send: the PDU is "sent" now
+  if (bytes == 0) {  // nothing to send: the PDU is "sent" now
     if (sent.fn) sent.fn(sent.ctx, sent.arg);
     return;
   }
-  iov_.back().sent = sent;
+  iov_[at - 1].sent = sent;
+  if (first < committed_) {  // moved ahead: it leaves with what is committed
+    committed_ += at - first;
+    control_end_ = at;
+    ++counters_.control_first;
+  }
+  if (blocked_ && stable) snapshot_waiting();  // it will wait: copy it now
   queued_bytes_ += bytes;
   FlushReason reason = scheduler_.on_enqueue(cls, bytes);
   if (reason != FlushReason::kNone) {
     commit(reason);
     send_committed();
-  } else {
-    rearm_timer();
+    return;
   }
+  rearm_timer();
+  if (policy == Policy::kEager || policy == Policy::kAdaptive) reactor_.at_pass_end(*this);
+}
+
+size_t SendQueue::control_slot() const {
+  // After the PDU being sent (head_ may be mid-PDU) and any control PDU moved before.
+  size_t i = std::max(head_ + 1, control_end_);
+  while (i < committed_ && !iov_[i].pdu_start) ++i;
+  return std::min(i, committed_);
+}
+
+void SendQueue::on_pass_end() {
+  if (dead_) return;
+  FlushReason reason = scheduler_.on_pass_end(reactor_.busy_fraction());
+  if (reason == FlushReason::kNone) return;  // held (adaptive): the timer or the next PDU
+  commit(reason);
+  send_committed();
 }
 
 void SendQueue::commit(FlushReason reason) {
@@ -74,8 +107,9 @@ void SendQueue::shutdown() {
   dead_ = true;
   fd_ = -1;
   reactor_.cancel(timer_);
+  reactor_.cancel_pass_end(*this);
   iov_.clear();
-  head_ = committed_ = head_offset_ = 0;
+  head_ = committed_ = head_offset_ = control_end_ = 0;
   queued_bytes_ = 0;
 }
 
@@ -183,10 +217,11 @@ void SendQueue::send_committed() {
   // Reclaim the consumed prefix so the vector stays small without reallocating.
   if (head_ == iov_.size()) {
     iov_.clear();
-    head_ = committed_ = 0;
+    head_ = committed_ = control_end_ = 0;
   } else if (head_ >= 4096 && head_ * 2 >= iov_.size()) {
     iov_.erase(iov_.begin(), iov_.begin() + long(head_));
     committed_ -= head_;
+    control_end_ = control_end_ > head_ ? control_end_ - head_ : 0;
     head_ = 0;
   }
 }

@@ -25,9 +25,10 @@ struct SendCounters {
   uint64_t bytes = 0;
   uint64_t eagain = 0;
   uint64_t snapshot_bytes = 0;  // bytes of changeable payload copied because they had to wait
+  uint64_t control_first = 0;   // control PDUs moved ahead of waiting PDUs (socket full)
 };
 
-class SendQueue {
+class SendQueue final : public PassEndHandler {
  public:
   // `on_blocked(true)` asks the owner to watch EPOLLOUT, `on_blocked(false)` to stop.
   // `on_error(errno)` reports a dead socket (the owner closes the connection).
@@ -64,6 +65,8 @@ class SendQueue {
   void shutdown();
   // The socket became writable again: resume a partial send.
   void on_writable();
+  // Eager/adaptive: the reactor pass ended; the scheduler says whether the group leaves now.
+  void on_pass_end() override;
 
   bool idle() const { return head_ == iov_.size(); }
   size_t queued_bytes() const { return queued_bytes_; }
@@ -76,7 +79,12 @@ class SendQueue {
     iovec iov;
     SentCallback sent;       // fires when this iovec (the PDU's last) is fully sent
     void* stable = nullptr;  // where to copy this iovec's bytes before they wait (or null)
+    bool pdu_start = false;  // the first iovec of a PDU (PDUs are never split or interleaved)
   };
+  // Socket full: where a new control PDU goes so that it leaves before the PDUs of other
+  // commands that have not started to be sent (after the PDU being sent, and after control
+  // PDUs moved there before it, so they keep their order).
+  size_t control_slot() const;
   void snapshot_waiting();  // the socket is full: copies every changeable iovec still queued
   void commit(coalesce::FlushReason reason);
   void send_committed();
@@ -96,6 +104,7 @@ class SendQueue {
   bool blocked_ = false;  // waiting for EPOLLOUT
   bool in_send_ = false;  // re-entrancy guard: callbacks may enqueue
   bool dead_ = false;
+  size_t control_end_ = 0;  // end of the control PDUs moved to the front (socket full)
   std::vector<iovec> scratch_;  // the iovec array handed to sendmsg
   SendCounters counters_;
 };

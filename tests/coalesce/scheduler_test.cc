@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace sens::coalesce {
 namespace {
 
@@ -405,7 +407,12 @@ TEST(SchedulerNames, PoliciesAndReasons) {
   EXPECT_FALSE(parse_policy("Semantic", &p));
   EXPECT_FALSE(parse_policy("", &p));
   EXPECT_EQ(p, Policy::kOff);  // untouched on failure
-  for (Policy q : {Policy::kOff, Policy::kUniform, Policy::kSemantic}) {
+  EXPECT_TRUE(parse_policy("eager", &p));
+  EXPECT_EQ(p, Policy::kEager);
+  EXPECT_TRUE(parse_policy("adaptive", &p));
+  EXPECT_EQ(p, Policy::kAdaptive);
+  for (Policy q : {Policy::kOff, Policy::kEager, Policy::kUniform, Policy::kSemantic,
+                   Policy::kAdaptive}) {
     Policy back;
     ASSERT_TRUE(parse_policy(policy_name(q), &back));
     EXPECT_EQ(back, q);
@@ -418,6 +425,136 @@ TEST(SchedulerNames, PoliciesAndReasons) {
   EXPECT_STREQ(reason_name(FlushReason::kByteCap), "byte_cap");
   EXPECT_STREQ(reason_name(FlushReason::kSocketFull), "socket_full");
   EXPECT_STREQ(reason_name(FlushReason::kClose), "close");
+}
+
+
+// ---- eager and adaptive: decisions at the end of a reactor pass.
+
+TEST_F(SchedulerTest, EagerFlushesEveryPassAndArmsNoTimer) {
+  Scheduler s(paper_config(Policy::kEager), clock);
+  EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kNone) << "nothing queued";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.on_enqueue(PduClass::kData, 4096), FlushReason::kNone);
+  EXPECT_EQ(s.on_enqueue(PduClass::kControl, 24), FlushReason::kNone) << "no c2 under eager";
+  EXPECT_EQ(s.next_deadline(), kNoDeadline);
+  EXPECT_EQ(s.queued_control(), 0u);
+  EXPECT_EQ(s.on_pass_end(0.0), FlushReason::kPassEnd);
+  s.on_flushed(FlushReason::kPassEnd);
+  EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kNone);
+  // The capacity B still applies within a pass.
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(s.on_enqueue(PduClass::kData, 100), FlushReason::kNone);
+  EXPECT_EQ(s.on_enqueue(PduClass::kData, 100), FlushReason::kCapacity);
+  EXPECT_EQ(s.stats().flushes[size_t(FlushReason::kPassEnd)], 1u);
+}
+
+// QD1: one exchange per round trip. However fast the round trips, a reactor that waits for
+// its peer is not saturated, so adaptive never holds.
+TEST_F(SchedulerTest, AdaptiveNeverHoldsAtQueueDepthOne) {
+  Scheduler s(paper_config(Policy::kAdaptive), clock);
+  for (int i = 0; i < 1000; ++i) {
+    at(i * 10 * kUs);  // a 10 us round trip
+    EXPECT_EQ(s.on_enqueue(PduClass::kData, 4096 + 24), FlushReason::kNone);
+    EXPECT_EQ(s.on_enqueue(PduClass::kData, 24), FlushReason::kNone);
+    ASSERT_EQ(s.on_pass_end(0.45), FlushReason::kPassEnd) << i;
+    s.on_flushed(FlushReason::kPassEnd);
+  }
+  EXPECT_EQ(s.stats().holds, 0u);
+  EXPECT_NEAR(s.arrival_rate(), 2e5, 1e3) << "2 PDUs per 10 us";
+}
+
+TEST_F(SchedulerTest, AdaptiveHoldsOnlyWhenSaturatedAndMoreAreDue) {
+  Scheduler s(paper_config(Policy::kAdaptive), clock);
+  // Learn the rate: 2 PDUs per pass, a pass every 2 us (1 PDU/us: 50 expected within T).
+  Nanos t = 0;
+  for (int i = 0; i < 50; ++i, t += 2 * kUs) {
+    at(t);
+    s.on_enqueue(PduClass::kData, 100);
+    s.on_enqueue(PduClass::kData, 100);
+    ASSERT_EQ(s.on_pass_end(0.5), FlushReason::kPassEnd);  // not saturated: flush
+    s.on_flushed(FlushReason::kPassEnd);
+  }
+  EXPECT_NEAR(s.arrival_rate(), 1e6, 1e4);
+  // Saturated: the group is held, counted, and the next passes keep it until B.
+  at(t);
+  s.on_enqueue(PduClass::kData, 100);
+  s.on_enqueue(PduClass::kData, 100);
+  EXPECT_EQ(s.on_pass_end(0.95), FlushReason::kNone);
+  EXPECT_EQ(s.stats().holds, 1u);
+  EXPECT_EQ(s.deadline(), kT0 + t + 50 * kUs) << "T bounds the hold";
+  FlushReason r = FlushReason::kNone;
+  for (int i = 0; i < 7 && r == FlushReason::kNone; ++i) {
+    at(t += 2 * kUs);
+    s.on_enqueue(PduClass::kData, 100);
+    r = s.on_enqueue(PduClass::kData, 100);
+    if (r == FlushReason::kNone) r = s.on_pass_end(0.95);
+  }
+  EXPECT_EQ(r, FlushReason::kCapacity);
+  EXPECT_EQ(s.queued_pdus(), 16u);
+  s.on_flushed(r);
+  // A control PDU leaves with the pass, saturated or not.
+  at(t += 2 * kUs);
+  s.on_enqueue(PduClass::kData, 100);
+  s.on_enqueue(PduClass::kControl, 24);
+  EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kControlPassEnd);
+  s.on_flushed(FlushReason::kControlPassEnd);
+  // A group with one place left gains at most one PDU: never worth a hold.
+  at(t += 2 * kUs);
+  for (int i = 0; i < 15; ++i) s.on_enqueue(PduClass::kData, 100);
+  EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kPassEnd);
+  s.on_flushed(FlushReason::kPassEnd);
+}
+
+TEST_F(SchedulerTest, AdaptiveDoesNotHoldWhenTooFewArriveBeforeTheTimer) {
+  Scheduler s(paper_config(Policy::kAdaptive), clock);
+  Nanos t = 0;
+  for (int i = 0; i < 50; ++i, t += 100 * kUs) {  // 1 PDU per 100 us: 0.5 expected within T
+    at(t);
+    s.on_enqueue(PduClass::kData, 100);
+    EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kPassEnd) << i;
+    s.on_flushed(FlushReason::kPassEnd);
+  }
+  EXPECT_EQ(s.stats().holds, 0u);
+  // 1 PDU per 40 us: 1.25 expected within T, enough for a roomy group (threshold ~1.0).
+  for (int i = 0; i < 60; ++i, t += 40 * kUs) {
+    at(t);
+    s.on_enqueue(PduClass::kData, 100);
+    FlushReason r = s.on_pass_end(1.0);
+    s.on_flushed(r == FlushReason::kNone ? FlushReason::kTimer : r);
+  }
+  EXPECT_GT(s.stats().holds, 0u);
+}
+
+TEST_F(SchedulerTest, AdaptiveTimerBoundsAHold) {
+  Scheduler s(paper_config(Policy::kAdaptive), clock);
+  Nanos t = 0;
+  for (int i = 0; i < 50; ++i, t += 1 * kUs) {
+    at(t);
+    s.on_enqueue(PduClass::kData, 100);
+    s.on_flushed(s.on_pass_end(0.0));
+  }
+  at(t);
+  s.on_enqueue(PduClass::kData, 100);
+  EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kNone);
+  EXPECT_EQ(s.next_deadline(), kT0 + t + 50 * kUs);
+  at(t + 50 * kUs);
+  EXPECT_EQ(s.on_timer(), FlushReason::kTimer);
+  EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kTimer) << "a due deadline is never held past";
+}
+
+TEST(SchedulerHoldThreshold, FollowsThePoissonGain) {
+  EXPECT_TRUE(std::isinf(Scheduler::hold_threshold(0)));
+  EXPECT_TRUE(std::isinf(Scheduler::hold_threshold(1)));
+  // room 2: E[min(N, 2)] = 2 - (2 + mu) e^-mu = 1 at mu ~ 1.1462.
+  const double mu2 = Scheduler::hold_threshold(2);
+  EXPECT_NEAR(2 - (2 + mu2) * std::exp(-mu2), 1.0, 1e-9);
+  EXPECT_NEAR(mu2, 1.1462, 1e-3);
+  double prev = mu2;
+  for (uint32_t room = 3; room <= 100; ++room) {
+    const double mu = Scheduler::hold_threshold(room);
+    EXPECT_LE(mu, prev) << room;
+    EXPECT_GE(mu, 1.0 - 1e-9) << room;
+    prev = mu;
+  }
+  EXPECT_NEAR(Scheduler::hold_threshold(64), 1.0, 1e-3);
 }
 
 }  // namespace

@@ -29,11 +29,12 @@ TEST(StatsJson, KeysAndValues) {
   s.stats().send_calls = 2;
 
   const nlohmann::json j = to_json(s.stats());
-  EXPECT_EQ(keys(j), (std::set<std::string>{"pdus_sent", "send_calls", "flushes", "pdus_per_flush",
-                                            "r2t_delay_us"}));
+  EXPECT_EQ(keys(j), (std::set<std::string>{"pdus_sent", "send_calls", "holds", "flushes",
+                                            "pdus_per_flush", "r2t_delay_us"}));
   EXPECT_EQ(keys(j["flushes"]),
             (std::set<std::string>{"immediate", "capacity", "control_capacity", "timer",
-                                   "control_timer", "byte_cap", "socket_full", "close"}));
+                                   "control_timer", "byte_cap", "socket_full", "close",
+                                   "pass_end", "control_pass_end"}));
   const std::set<std::string> hist_keys{"count", "mean", "p50", "p99", "max"};
   EXPECT_EQ(keys(j["pdus_per_flush"]), hist_keys);
   EXPECT_EQ(keys(j["r2t_delay_us"]), hist_keys);
@@ -56,7 +57,7 @@ TEST(StatsJson, KeysAndValues) {
 TEST(StatsJson, EmptyStats) {
   const nlohmann::json j = to_json(Stats{});
   EXPECT_EQ(j["pdus_sent"], 0);
-  EXPECT_EQ(j["flushes"].size(), 8u);
+  EXPECT_EQ(j["flushes"].size(), 10u);
   EXPECT_EQ(j["pdus_per_flush"]["count"], 0);
   EXPECT_DOUBLE_EQ(j["r2t_delay_us"]["mean"].get<double>(), 0.0);
 }

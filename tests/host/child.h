@@ -159,7 +159,14 @@ class TargetProcess {
     return "trtype:tcp traddr:127.0.0.1 trsvcid:" + std::to_string(port) + " subnqn:" + nqn;
   }
   void signal(int sig) {
-    if (pid_ > 0) kill(pid_, sig);
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    // kill() returns before a target running on another core has stopped (a polling one
+    // would still answer a command sent meanwhile): wait until it has.
+    if (sig == SIGSTOP) {
+      int status = 0;
+      waitpid(pid_, &status, WUNTRACED);
+    }
   }
   void stop() {
     if (pid_ <= 0) return;

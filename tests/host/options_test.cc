@@ -22,7 +22,8 @@ TEST(PerfOptions, DefaultsAreValid) {
   PerfOptions o = good();
   EXPECT_EQ(validate_perf_options(o), "");
   EXPECT_EQ(o.trid.trsvcid, 4420);
-  EXPECT_EQ(o.coalesce.policy, coalesce::Policy::kSemantic);
+  EXPECT_EQ(o.coalesce.policy, coalesce::Policy::kAdaptive);
+  EXPECT_EQ(o.poll, PollMode::kAdaptive);
   EXPECT_EQ(o.coalesce.pdus, 16u);
   EXPECT_EQ(o.coalesce.timeout, 50 * kMicro);
   EXPECT_EQ(o.coalesce.ctrl_pdus, 4u);

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -103,6 +106,130 @@ TEST(Reactor, DispatchesReadinessAndRunsDeferredWork) {
   r.remove(sv[0]);
   close(sv[0]);
   close(sv[1]);
+}
+
+
+// A pass-end handler runs once per pass, after the events and the deferred work of the pass.
+struct PassEnd : PassEndHandler {
+  std::vector<std::string>* log;
+  explicit PassEnd(std::vector<std::string>* l) : log(l) {}
+  void on_pass_end() override { log->push_back("pass_end"); }
+};
+
+struct Logger : EventHandler {
+  std::vector<std::string>* log;
+  PassEndHandler* then = nullptr;
+  Reactor* r = nullptr;
+  int fd = -1;
+  explicit Logger(std::vector<std::string>* l) : log(l) {}
+  void on_event(uint32_t) override {
+    char c;
+    while (recv(fd, &c, 1, MSG_DONTWAIT) == 1) {
+    }
+    log->push_back("event");
+    r->at_pass_end(*then);
+    r->at_pass_end(*then);  // twice in one pass: runs once
+    r->defer([this] { log->push_back("deferred"); });
+  }
+};
+
+TEST(Reactor, PassEndRunsOnceAfterEventsAndDeferredWork) {
+  Reactor r;
+  std::vector<std::string> log;
+  PassEnd pe(&log);
+  int a[2], b[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, b), 0);
+  Logger la(&log), lb(&log);
+  la.then = lb.then = &pe;
+  la.r = lb.r = &r;
+  la.fd = a[0];
+  lb.fd = b[0];
+  r.add(a[0], EPOLLIN, &la);
+  r.add(b[0], EPOLLIN, &lb);
+  ASSERT_EQ(write(a[1], "x", 1), 1);
+  ASSERT_EQ(write(b[1], "x", 1), 1);
+  r.run_once(10 * kMilli);
+  EXPECT_EQ(log, (std::vector<std::string>{"event", "event", "deferred", "deferred", "pass_end"}));
+  // Cancelled before its pass ends: it does not run (a connection closing).
+  log.clear();
+  r.at_pass_end(pe);
+  r.cancel_pass_end(pe);
+  r.run_once(0);
+  EXPECT_TRUE(log.empty());
+  // Queued between passes: the next pass does not sleep before running it.
+  r.at_pass_end(pe);
+  Nanos t0 = r.now();
+  r.run_once(500 * kMilli);
+  EXPECT_EQ(log, (std::vector<std::string>{"pass_end"}));
+  EXPECT_LT(r.now() - t0, 100 * kMilli);
+  for (int fd : {a[0], a[1], b[0], b[1]}) close(fd);
+}
+
+TEST(Reactor, PollModesDecideBetweenSpinningAndSleeping) {
+  {
+    Reactor r;  // off: a wait is a sleep, never a spin
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 5 * kMilli);
+    r.add_outstanding(1);
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 5 * kMilli);
+  }
+  {
+    Reactor r;
+    r.set_poll(PollMode::kAlways, 50 * kMicro);
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 0);
+    EXPECT_EQ(r.poll_wait(-1), 0);
+    for (int i = 0; i < 10; ++i) r.run_once(5 * kMilli);
+    EXPECT_EQ(r.stats().sleeps, 0u);
+    EXPECT_EQ(r.stats().spins, 10u);
+  }
+  {
+    Reactor r;
+    r.set_poll(PollMode::kAdaptive, 2 * kMilli);
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    Counter h;
+    r.add(sv[0], EPOLLIN | EPOLLET, &h);
+    ASSERT_EQ(write(sv[1], "x", 1), 1);
+    r.run_once(5 * kMilli);  // an event
+    r.add_outstanding(1);    // an answer is due: spin up to max_spin after the last event
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 0);
+    r.run_once(5 * kMilli);
+    EXPECT_EQ(r.stats().spins, 1u);
+    // Past max_spin with nothing: sleep (idle connections must not burn a core).
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 5 * kMilli);
+    r.add_outstanding(-1);
+    close(sv[0]);
+    close(sv[1]);
+  }
+}
+
+TEST(Reactor, IdleReactorIsNotBusyAndTimerLatenessIsRecorded) {
+  Reactor r;
+  r.set_poll(PollMode::kAdaptive, 50 * kMicro);
+  int fired = 0;
+  Timer t([&] { ++fired; });
+  for (int i = 0; i < 5; ++i) {
+    r.arm(t, r.now() + 1 * kMilli);
+    while (fired == i) r.run_once(-1);
+  }
+  EXPECT_EQ(r.stats().timer_late_ns.count(), 5u);
+  EXPECT_LT(r.stats().timer_late_ns.max(), uint64_t(20 * kMilli));
+  EXPECT_LT(r.busy_fraction(), 0.5) << "a reactor that waits for timers is mostly idle";
+  EXPECT_GE(r.stats().sleeps, 5u);
+  const auto j = r.stats_json();
+  EXPECT_EQ(j["timer_late_us"]["count"], 5);
+  EXPECT_EQ(j["poll"], "adaptive");
+}
+
+TEST(Reactor, PollModeNames) {
+  PollMode m = PollMode::kOff;
+  for (PollMode q : {PollMode::kOff, PollMode::kAdaptive, PollMode::kAlways}) {
+    ASSERT_TRUE(parse_poll_mode(poll_mode_name(q), &m));
+    EXPECT_EQ(m, q);
+  }
+  EXPECT_FALSE(parse_poll_mode("busy", &m));
+  EXPECT_EQ(m, PollMode::kAlways);
 }
 
 }  // namespace
