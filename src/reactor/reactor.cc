@@ -220,9 +220,10 @@ Nanos Reactor::poll_wait(Nanos max_wait) const {
   }
   if (wait == 0 || poll_mode_ == PollMode::kOff) return wait;
   if (poll_mode_ == PollMode::kAlways) return 0;
-  // Adaptive: spin while the next event is likely to come before a sleep would even end.
-  Nanos budget = outstanding_ > 0 ? max_spin_
-                                  : std::min<Nanos>(max_spin_, Nanos(2 * event_gap_ns_));
+  // Adaptive: spin while the next event is likely to come soon: up to twice the recent time
+  // between events (a peer answering in 10 us is worth waiting for; one answering in 15 ms,
+  // a slow device or an idle host, is not), never longer than max_spin.
+  Nanos budget = std::min<Nanos>(max_spin_, Nanos(2 * event_gap_ns_));
   return clock_.now() - last_event_ < budget ? 0 : wait;
 }
 
@@ -304,6 +305,7 @@ nlohmann::json Reactor::stats_json() const {
           {"wakeups", stats_.wakeups},
           {"timers_fired", stats_.timers_fired},
           {"busy", busy_},
+          {"outstanding", outstanding_},
           {"poll", poll_mode_name(poll_mode_)},
           {"timer_late_us",
            {{"count", late.at("count")},

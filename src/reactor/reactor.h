@@ -107,9 +107,9 @@ class Reactor {
   // rather than waiting for them, 0..1. Spinning polls count as waiting.
   double busy_fraction() const { return busy_; }
 
-  // Hybrid polling. `max_spin` bounds one adaptive spin; `outstanding` counts work the owner
-  // expects an answer for (commands in flight): while it is non-zero, adaptive spins up to
-  // max_spin after the last event, else up to twice the recent time between events.
+  // Hybrid polling: `max_spin` bounds one adaptive spin. `outstanding` counts work the owner
+  // expects an answer for (commands in flight), shown in the stats: a count that never drops
+  // back to 0 on an idle reactor is a stuck command.
   void set_poll(PollMode mode, Nanos max_spin);
   PollMode poll_mode() const { return poll_mode_; }
   void add_outstanding(int64_t delta) { outstanding_ += delta; }

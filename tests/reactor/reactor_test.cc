@@ -191,7 +191,7 @@ TEST(Reactor, PollModesDecideBetweenSpinningAndSleeping) {
     r.add(sv[0], EPOLLIN | EPOLLET, &h);
     ASSERT_EQ(write(sv[1], "x", 1), 1);
     r.run_once(5 * kMilli);  // an event
-    r.add_outstanding(1);    // an answer is due: spin up to max_spin after the last event
+    r.add_outstanding(1);    // (shown in the stats; the spin follows the time between events)
     EXPECT_EQ(r.poll_wait(5 * kMilli), 0);
     r.run_once(5 * kMilli);
     EXPECT_EQ(r.stats().spins, 1u);
