@@ -211,13 +211,18 @@ void Reactor::cancel_pass_end(PassEndHandler& h) {
       if (p == &h) p = nullptr;
 }
 
-Nanos Reactor::poll_wait(Nanos max_wait) const {
+Nanos Reactor::due_wait(Nanos max_wait) const {
   Nanos wait = max_wait;  // < 0: no limit
   if (!deferred_.empty() || !pass_end_.empty()) return 0;
   if (!heap_.empty()) {
     Nanos until = std::max<Nanos>(heap_[0]->deadline_ - clock_.now(), 0);
     if (wait < 0 || until < wait) wait = until;
   }
+  return wait;
+}
+
+Nanos Reactor::poll_wait(Nanos max_wait) const {
+  const Nanos wait = due_wait(max_wait);
   if (wait == 0 || poll_mode_ == PollMode::kOff) return wait;
   if (poll_mode_ == PollMode::kAlways) return 0;
   // Adaptive: spin while the next event is likely to come soon: up to twice the recent time
@@ -230,6 +235,7 @@ Nanos Reactor::poll_wait(Nanos max_wait) const {
 void Reactor::run_once(Nanos max_wait) {
   t_current = this;
   const Nanos wait = poll_wait(max_wait);
+  const bool spin = wait == 0 && due_wait(max_wait) != 0;  // polling's choice, not work due
   timespec ts{time_t(wait / kSecond), long(wait % kSecond)};
   ++stats_.polls;
   if (wait != 0) ++stats_.sleeps;
@@ -244,7 +250,7 @@ void Reactor::run_once(Nanos max_wait) {
     const double gap = double(poll_end - last_event_);
     event_gap_ns_ = event_gap_ns_ <= 0 ? gap : event_gap_ns_ + (gap - event_gap_ns_) / 8;
     last_event_ = poll_end;
-  } else if (wait == 0) {
+  } else if (spin) {
     ++stats_.spins;
   }
   for (int i = 0; i < n; ++i) {

@@ -70,7 +70,7 @@ struct ReactorStats {
   uint64_t polls = 0;    // epoll_pwait2 calls
   uint64_t timers_fired = 0;
   uint64_t sleeps = 0;  // polls that could block (a timeout other than zero)
-  uint64_t spins = 0;   // zero-timeout polls that found nothing (hybrid polling)
+  uint64_t spins = 0;   // zero-timeout polls by hybrid polling's choice that found nothing
   Histogram timer_late_ns;  // how long after its deadline each timer fired
 };
 
@@ -129,6 +129,8 @@ class Reactor {
   void run_once(Nanos max_wait);
   // The wait run_once(max_wait) would use now, after hybrid polling's decision (0: spin).
   Nanos poll_wait(Nanos max_wait) const;
+  // The same before hybrid polling: 0 when work is due (deferred, pass end, a timer).
+  Nanos due_wait(Nanos max_wait) const;
 
   const ReactorStats& stats() const { return stats_; }
   // {"polls","sleeps","spins","wakeups","timers_fired","busy","poll","timer_late_us":{...}}

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -99,7 +100,51 @@ TEST_P(PolicyTest, VerifiedReadsInCapsuleAndR2TWritesWithAndWithoutDigests) {
   } else {
     EXPECT_LT(calls, pdus) << policy << " should have gathered PDUs into fewer sends";
   }
+  if (policy == "semantic") {
+    // An R2T waits at most Tc (10 us), plus however late the reactor ran that timer.
+    double late = 0;
+    for (auto& r : stats["reactors"])
+      late = std::max(late, r["reactor"]["timer_late_us"]["max"].get<double>());
+    EXPECT_LE(stats["r2t_delay_us"]["max"].get<double>(), 10.0 + late + 1.0) << stats.dump();
+  }
+  if (policy == "adaptive") {
+    EXPECT_GT(stats["flushes"]["control_pass_end"].get<uint64_t>() +
+                  stats["flushes"]["control_capacity"].get<uint64_t>(),
+              0u)
+        << "R2Ts should leave with their pass";
+  }
 }
+
+// Every poll mode, on both ends, moves every byte (reads, in-capsule and R2T writes).
+class PollTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PollTest, VerifiedReadsAndWrites) {
+  std::string poll = GetParam();
+  Target t;
+  ASSERT_EQ(t.start({"--poll", poll}), "");
+  for (const char* bs : {"4k", "32k"}) {
+    RunResult r = perf(t, "adaptive",
+                       {"--poll", poll, "--rw", "randrw", "--bs", bs, "--qd", "8", "--queues", "2"});
+    EXPECT_EQ(r.code, 0) << poll << " " << bs << "\n" << r.out << r.err;
+  }
+  nlohmann::json stats = t.stop();
+  ASSERT_FALSE(stats.is_discarded());
+  const auto& reactor = stats["reactors"][0]["reactor"];
+  EXPECT_EQ(reactor["poll"], poll);
+  if (poll == "off") {
+    EXPECT_EQ(reactor["spins"].get<uint64_t>(), 0u);
+  }
+  if (poll == "always") {
+    EXPECT_EQ(reactor["sleeps"].get<uint64_t>(), 0u);
+  }
+  if (poll == "adaptive") {
+    EXPECT_GT(reactor["spins"].get<uint64_t>(), 0u);
+    EXPECT_GT(reactor["sleeps"].get<uint64_t>(), 0u);
+  }
+  EXPECT_EQ(reactor["outstanding"].get<int64_t>(), 0) << "every request came back";
+}
+
+INSTANTIATE_TEST_SUITE_P(PollModes, PollTest, ::testing::Values("off", "adaptive", "always"));
 
 // 4 KiB socket buffers and 128 KiB I/O: the send queue resumes partial sends on EPOLLOUT.
 TEST_P(PolicyTest, TinySocketBuffersLoseNoByte) {
@@ -134,7 +179,8 @@ TEST(FileNamespace, DeepQueuesAllSucceed) {
   t.stop();
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, PolicyTest, ::testing::Values("off", "uniform", "semantic"));
+INSTANTIATE_TEST_SUITE_P(Policies, PolicyTest,
+                         ::testing::Values("off", "eager", "uniform", "semantic", "adaptive"));
 
 }  // namespace
 }  // namespace sens::testing
