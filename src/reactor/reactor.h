@@ -128,9 +128,12 @@ class Reactor {
   // timers (an untimed epoll wait arms no kernel timer).
   void run_once(Nanos max_wait);
   // The wait run_once(max_wait) would use now, after hybrid polling's decision (0: spin).
-  Nanos poll_wait(Nanos max_wait) const;
+  Nanos poll_wait(Nanos max_wait) const { return poll_wait(max_wait, clock_.now()); }
+  Nanos poll_wait(Nanos max_wait, Nanos now) const;
   // The same before hybrid polling: 0 when work is due (deferred, pass end, a timer).
-  Nanos due_wait(Nanos max_wait) const;
+  Nanos due_wait(Nanos max_wait, Nanos now) const;
+  // Hybrid polling's decision for a wait of `wait` (0: spin).
+  Nanos polled_wait(Nanos wait, Nanos now) const;
 
   const ReactorStats& stats() const { return stats_; }
   // {"polls","sleeps","spins","wakeups","timers_fired","busy","poll","timer_late_us":{...}}
