@@ -6,7 +6,7 @@
 //   bit 2, 3  0: ICReq only; 1: ICReq + admin Connect; 2: an I/O queue: a first connection
 //             does ICReq + admin Connect (its cntlid is read from the answer), then this one
 //             ICReq + I/O Connect; 3: nothing (the input starts with the ICReq itself)
-//   bit 4, 5  the target's coalescing policy: 0 off, 1 uniform, 2 and 3 semantic. With off,
+//   bit 4, 5  the target's coalescing policy: 0 off, 1 uniform, 2 semantic, 3 adaptive. With off,
 //             a response leaves (and frees its command slot) before the next command is read,
 //             so the seeds' H2CData can name the R2T's ttag (the slot) in advance.
 // Each connection is one end of a socketpair handed to Target::dispatch_accepted(), as the
@@ -58,11 +58,12 @@ target::Target* start_target(coalesce::Policy policy) {
 
 // One target per policy; never destroyed: their reactor threads run until the process exits.
 target::Target* the_target(uint8_t policy) {
-  static target::Target* targets[3] = {
+  static target::Target* targets[4] = {
       (g_log_level = LogLevel::kError,  // every refused input logs at info level
        start_target(coalesce::Policy::kOff)),
-      start_target(coalesce::Policy::kUniform), start_target(coalesce::Policy::kSemantic)};
-  return targets[policy < 3 ? policy : 2];
+      start_target(coalesce::Policy::kUniform), start_target(coalesce::Policy::kSemantic),
+      start_target(coalesce::Policy::kAdaptive)};
+  return targets[policy & 3];
 }
 
 // One connection to the target; `fd` is the host's end.

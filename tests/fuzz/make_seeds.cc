@@ -76,7 +76,8 @@ Bytes io_commands(pdu::Digests dg) {
   return s;
 }
 
-// Byte 0: digests (bits 0-1), preamble (2-3), coalescing policy (4-5: off, uniform, semantic).
+// Byte 0: digests (bits 0-1), preamble (2-3), coalescing policy (4-5: off, uniform, semantic,
+// adaptive).
 constexpr uint8_t kOff = 0 << 4, kUniform = 1 << 4, kSemantic = 2 << 4;
 
 void target_dispatch_seeds(const std::filesystem::path& dir) {
