@@ -585,7 +585,7 @@ int limit_main(int argc, char** argv) {
   };
   if (!o.quiet)
     std::printf(
-        "%s %u B, %u x QD%u, %s poll: %.0f IOPS, %.1f MiB/s, avg %.2f us, p50 %.2f us, "
+        "%s %u B, %u x QD%u, poll=%s: %.0f IOPS, %.1f MiB/s, avg %.2f us, p50 %.2f us, "
         "p99 %.2f us\n",
         o.write ? "write" : "read", o.bs, o.queues, o.qd, poll.c_str(), iops,
         iops * double(o.bs) / double(1 << 20), avg_us, p50_us, p99_us);
