@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -522,10 +523,12 @@ int limit_main(int argc, char** argv) {
     return usage_error("--poll '" + poll + "': expected busy or epoll");
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  for (int core : {o.target_core, o.client_core})
+  for (auto [name, core] :
+       {std::pair{"--target-core", o.target_core}, std::pair{"--client-core", o.client_core}})
     if (core < -1 || core >= cores)
-      return usage_error("core " + std::to_string(core) + " does not exist (this machine has " +
-                         std::to_string(cores) + "; -1 leaves a thread unpinned)");
+      return usage_error(std::string(name) + " " + std::to_string(core) +
+                         ": no such core (this machine has " + std::to_string(cores) +
+                         "; -1 leaves the thread unpinned)");
   if (o.poll == PollMode::kBusy && o.target_core >= 0 && o.target_core == o.client_core)
     std::fprintf(stderr, "sens_limit: warning: both busy-polling threads share core %d\n",
                  o.target_core);
