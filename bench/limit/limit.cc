@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -59,6 +60,7 @@ struct Options {
   unsigned qd = 1;
   unsigned queues = 1;
   double time_s = 5;
+  double warmup_s = 0.1;
   bool write = false;
   uint32_t bs = 4096;
   PollMode poll = PollMode::kBusy;
@@ -106,10 +108,17 @@ struct Connection {
 struct SideCounters {
   uint64_t passes = 0, send_calls = 0, recv_calls = 0;
   double cpu_user_s = 0, cpu_sys_s = 0;
+
+  SideCounters since(const SideCounters& start) const {
+    return {passes - start.passes, send_calls - start.send_calls, recv_calls - start.recv_calls,
+            cpu_user_s - start.cpu_user_s, cpu_sys_s - start.cpu_sys_s};
+  }
 };
 
-// State shared by the two threads: the stop flag and the first error either side met.
+// State shared by the two threads: start and stop, and the first error either side met.
 struct Shared {
+  std::atomic<bool> target_ready{false};  // pinned and polling: the client may start
+  std::atomic<bool> measuring{false};     // the warm-up is over: counters start here
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::string error;
@@ -135,13 +144,6 @@ bool pin_to_core(int core, std::string* error) {
     return false;
   }
   return true;
-}
-
-void thread_cpu(SideCounters* c) {
-  rusage ru;
-  if (getrusage(RUSAGE_THREAD, &ru) != 0) return;
-  c->cpu_user_s = double(ru.ru_utime.tv_sec) + double(ru.ru_utime.tv_usec) / 1e6;
-  c->cpu_sys_s = double(ru.ru_stime.tv_sec) + double(ru.ru_stime.tv_usec) / 1e6;
 }
 
 // One side's event loop: the part both the target and the client share.
@@ -215,6 +217,17 @@ class Side {
       if (poll_ == PollMode::kEpoll && !set_want_write(c, c.out.owed() > 0)) return false;
     }
     return true;
+  }
+
+  // The counters so far, with the calling thread's CPU time.
+  SideCounters snapshot() const {
+    SideCounters c = counters;
+    rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0) {
+      c.cpu_user_s = double(ru.ru_utime.tv_sec) + double(ru.ru_utime.tv_usec) / 1e6;
+      c.cpu_sys_s = double(ru.ru_stime.tv_sec) + double(ru.ru_stime.tv_usec) / 1e6;
+    }
+    return c;
   }
 
   SideCounters counters;
@@ -321,11 +334,17 @@ void run_target(const Options& o, std::vector<Connection>& conns, Shared& shared
   auto answer = [&](Connection& c, uint64_t units) {
     c.out.queued += units * payload.answer.unit_bytes;
   };
+  shared.target_ready.store(true);
+  SideCounters at_start;
+  bool measuring = false;
   while (!shared.stop.load(std::memory_order_relaxed)) {
+    if (!measuring && shared.measuring.load(std::memory_order_relaxed)) {
+      at_start = side.snapshot();
+      measuring = true;
+    }
     if (!side.receive(kEpollSleepMs * sens::kMilli, answer) || !side.send_all()) break;
   }
-  thread_cpu(&side.counters);
-  *out = side.counters;
+  *out = side.snapshot().since(at_start);
 }
 
 struct ClientResult {
@@ -345,49 +364,62 @@ void run_client(const Options& o, std::vector<Connection>& conns, Shared& shared
   const uint64_t request_bytes = payload.request.unit_bytes;
   for (auto& c : conns) c.submitted.assign(o.qd, 0);
 
+  // Requests sent before the target thread polls would be timed from before it existed.
+  Nanos ready_deadline = sens::monotonic_now() + kStallTimeout;
+  while (!shared.target_ready.load()) {
+    if (shared.stop.load() || sens::monotonic_now() > ready_deadline)
+      return shared.fail("the target thread did not start in 5 s");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+
   Nanos start = sens::monotonic_now();
-  Nanos deadline = start + Nanos(o.time_s * double(sens::kSecond));
-  Nanos last_progress = start;
+  // A short warm-up (first page faults, the sockets' buffers growing) is not measured.
+  Nanos measure_from = start + Nanos(o.warmup_s * double(sens::kSecond));
+  Nanos deadline = measure_from + Nanos(o.time_s * double(sens::kSecond));
+  Nanos measure_start = start, last_progress = start, now = start;
+  bool measuring = false;
+  SideCounters at_start;
+  uint64_t answered = 0, measured = 0;
   for (auto& c : conns) {
     for (unsigned i = 0; i < o.qd; ++i) c.submitted[i] = start;
     c.out.queued += o.qd * request_bytes;
   }
-  Nanos now = start;
-  uint64_t completed = 0;
   // Completions are stamped when the recv() that finished them returns; the requests they
   // free are queued at once with that stamp and leave with this pass's sendmsg.
   auto complete = [&](Connection& c, uint64_t units) {
+    now = sens::monotonic_now();
     for (uint64_t i = 0; i < units; ++i) {
-      result->latency_ns.record(uint64_t(std::max<Nanos>(now - c.submitted[c.oldest], 0)));
+      if (measuring)
+        result->latency_ns.record(uint64_t(std::max<Nanos>(now - c.submitted[c.oldest], 0)));
       c.submitted[c.oldest] = now;  // the same slot carries the replacement request
       c.oldest = (c.oldest + 1) % c.submitted.size();
     }
-    completed += units;
+    answered += units;
+    if (measuring) measured += units;
     c.out.queued += units * request_bytes;
   };
-  if (!side.send_all()) return;
   while (!shared.stop.load(std::memory_order_relaxed)) {
     now = sens::monotonic_now();
+    if (!measuring && now >= measure_from) {
+      measuring = true;
+      measure_start = now;
+      at_start = side.snapshot();
+      shared.measuring.store(true, std::memory_order_relaxed);
+    }
     if (now >= deadline) break;
-    uint64_t before = completed;
-    if (!side.receive(deadline - now, [&](Connection& c, uint64_t units) {
-          now = sens::monotonic_now();
-          complete(c, units);
-        }))
-      break;
-    if (completed != before) {
+    uint64_t before = answered;
+    if (!side.send_all() || !side.receive(deadline - now, complete)) break;
+    if (answered != before) {
       last_progress = now;
     } else if (now - last_progress > kStallTimeout) {
       shared.fail("no answer for 5 s with " + std::to_string(o.qd * conns.size()) +
                   " requests in flight");
       break;
     }
-    if (!side.send_all()) break;
   }
-  result->elapsed = sens::monotonic_now() - start;
-  result->completed = completed;
-  thread_cpu(&side.counters);
-  result->counters = side.counters;
+  result->elapsed = sens::monotonic_now() - measure_start;
+  result->completed = measured;
+  result->counters = side.snapshot().since(at_start);
 }
 
 int set_socket_options(int fd) {
@@ -491,6 +523,9 @@ int limit_main(int argc, char** argv) {
   app.add_option("--time", o.time_s, "measured seconds")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 86400.0));
+  app.add_option("--warmup", o.warmup_s, "seconds run before measuring")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 60.0));
   app.add_option("--rw", rw, "read or write")->capture_default_str();
   app.add_option("--bs", bs, "data bytes per I/O (4096, 4k, 16k, ...)")->capture_default_str();
   app.add_option("--poll", poll,
@@ -534,7 +569,7 @@ int limit_main(int argc, char** argv) {
                  o.target_core);
 
   // Whatever goes wrong, the process ends: a stuck syscall cannot outlive this alarm.
-  alarm(unsigned(std::ceil(o.time_s)) + 30);
+  alarm(unsigned(std::ceil(o.warmup_s + o.time_s)) + 30);
 
   std::vector<Connection> client_conns, target_conns;
   std::string error;
@@ -570,6 +605,7 @@ int limit_main(int argc, char** argv) {
       {"queues", o.queues},
       {"poll", poll},
       {"time_s", o.time_s},
+      {"warmup_s", o.warmup_s},
       {"runtime_s", seconds},
       {"total_ios", client.completed},
       {"iops", iops},
