@@ -8,8 +8,11 @@ import shutil
 import subprocess
 import sys
 
-POLICIES = ["off", "uniform", "semantic"]
-COLORS = {"off": "#c0392b", "uniform": "#2980b9", "semantic": "#27ae60"}
+POLICIES = ["off", "eager", "uniform", "semantic", "adaptive"]
+WORKLOADS = ["4k-randread", "4k-randwrite", "16k-randwrite-r2t", "16k-randread", "4k-randrw-90",
+             "4k-randrw-50", "16k-randrw-90", "16k-randrw-50"]
+COLORS = {"off": "#c0392b", "eager": "#e67e22", "uniform": "#2980b9", "semantic": "#27ae60",
+          "adaptive": "#8e44ad"}
 
 
 def select(points, **kw):
@@ -19,6 +22,26 @@ def select(points, **kw):
 def one(points, **kw):
     s = select(points, **kw)
     return s[0] if s else None
+
+
+def workload_order(name):
+    return WORKLOADS.index(name) if name in WORKLOADS else len(WORKLOADS)
+
+
+def policy_order(name):
+    return POLICIES.index(name) if name in POLICIES else len(POLICIES)
+
+
+def iops_spread(p):
+    """min-max IOPS of the point's repetitions ("-" for a single run or an old results file)."""
+    if p.get("rep_count", 1) < 2 or "iops_min" not in p:
+        return "-"
+    return f"{fmt(p['iops_min'])}-{fmt(p['iops_max'])}"
+
+
+def fraction(p):
+    f = p.get("fraction_of_limit")
+    return "-" if f is None else f"{f:.2f}"
 
 
 def gnuplot(script):
@@ -38,6 +61,9 @@ def line_plot(path, title, ylabel, series, logx=True):
                      f"title '{name}'")
     if not plots:
         return False
+    xs = {x for pts in series.values() for x, _ in pts}
+    # One concurrency only (a quick run): give gnuplot a range around it.
+    xrange = f"set xrange [{min(xs) / 2}:{max(xs) * 2}]" if len(xs) == 1 else ""
     gnuplot("\n".join(data) + f"""
 set terminal pngcairo size 800,500 font ',11'
 set output '{path}'
@@ -47,6 +73,7 @@ set ylabel '{ylabel}'
 set grid
 set key top left
 {'set logscale x 2' if logx else ''}
+{xrange}
 plot {', '.join(plots)}
 """)
     return True
@@ -106,19 +133,24 @@ def main():
     args = ap.parse_args()
     res = json.load(open(args.inp))
     meta, points = res["meta"], res["points"]
+    limits = res.get("limits", [])
+    # The policies this run measured, in the canonical order (a binary may lack some).
+    policies = sorted({p["policy"] for p in points}, key=lambda n: (policy_order(n), n))
     os.makedirs(args.out, exist_ok=True)
 
     keys = ["backend", "workload", "policy", "queues", "qd", "concurrency", "iops", "mib_s",
             "lat_avg_us", "lat_p50_us", "lat_p99_us", "target_usr_s_per_mio",
             "target_sys_s_per_mio", "host_usr_s_per_mio", "host_sys_s_per_mio",
             "target_ctx_per_mio", "host_ctx_per_mio", "target_send_calls_per_io",
-            "host_send_calls_per_io", "target_pdus_per_flush"]
+            "host_send_calls_per_io", "target_pdus_per_flush", "rep_count", "iops_min",
+            "iops_max", "fraction_of_limit"]
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(keys + ["r2t_delay_mean_us", "r2t_delay_p99_us"])
+        w.writerow(keys + ["r2t_delay_mean_us", "r2t_delay_p99_us", "limit_iops"])
         for p in points:
             w.writerow([p.get(k) for k in keys] +
-                       [p["r2t_delay_us"]["mean"], p["r2t_delay_us"]["p99"]])
+                       [p["r2t_delay_us"]["mean"], p["r2t_delay_us"]["p99"],
+                        (p.get("limit") or {}).get("iops")])
 
     plots = {}
     backends = sorted({p["backend"] for p in points}, key=lambda b: b != "ram")
@@ -126,13 +158,13 @@ def main():
         for wl in ["4k-randread", "4k-randwrite", "16k-randwrite-r2t", "16k-randread"]:
             series = {pol: sorted((p["concurrency"], p["iops"]) for p in
                                   select(points, backend=b, workload=wl, policy=pol, qd=32))
-                      for pol in POLICIES}
+                      for pol in policies}
             name = f"iops-{b}-{wl}.png"
             if line_plot(os.path.join(args.out, name), f"{wl} IOPS ({b} namespace)", "IOPS", series):
                 plots[("iops", b, wl)] = name
             series = {pol: sorted((p["concurrency"], p["lat_avg_us"]) for p in
                                   select(points, backend=b, workload=wl, policy=pol, qd=32))
-                      for pol in POLICIES}
+                      for pol in policies}
             name = f"latency-{b}-{wl}.png"
             if line_plot(os.path.join(args.out, name), f"{wl} average latency ({b})", "us", series):
                 plots[("lat", b, wl)] = name
@@ -140,16 +172,16 @@ def main():
         pts = [p for p in select(points, backend=b, workload="16k-randwrite-r2t") if p["qd"] > 1]
         labels = sorted({(p["concurrency"], p["queues"], p["qd"]) for p in pts})
         rows = [(f"{q}x{d}", [(one(pts, queues=q, qd=d, policy=pol) or {}).get("iops", 0)
-                              for pol in POLICIES]) for _, q, d in labels]
+                              for pol in policies]) for _, q, d in labels]
         name = f"r2t-writes-{b}.png"
         if bar_plot(os.path.join(args.out, name), f"16 KiB writes through R2T, IOPS ({b})", "IOPS",
-                    rows, POLICIES):
+                    rows, policies):
             plots[("r2t", b)] = name
         # CPU per million I/Os at the highest concurrency, stacked user/system.
         rows = []
         for wl in ["4k-randread", "4k-randwrite"]:
             top = max((p["concurrency"] for p in select(points, backend=b, workload=wl)), default=None)
-            for pol in POLICIES:
+            for pol in policies:
                 p = one(points, backend=b, workload=wl, policy=pol, concurrency=top, qd=32)
                 if p:
                     rows.append((f"{wl} {pol}", [p["target_usr_s_per_mio"], p["target_sys_s_per_mio"],
@@ -166,10 +198,10 @@ def main():
                 continue
             conc = sorted({p["concurrency"] for p in mid})
             c = conc[len(conc) // 2]
-            vals = [(one(mid, policy=pol, concurrency=c) or {}).get("iops", 0) for pol in POLICIES]
+            vals = [(one(mid, policy=pol, concurrency=c) or {}).get("iops", 0) for pol in policies]
             rows.append((f"{wl} @{c}", vals))
         name = f"mixed-{b}.png"
-        if bar_plot(os.path.join(args.out, name), f"Mixed workloads, IOPS ({b})", "IOPS", rows, POLICIES):
+        if bar_plot(os.path.join(args.out, name), f"Mixed workloads, IOPS ({b})", "IOPS", rows, policies):
             plots[("mixed", b)] = name
 
     if not args.docs:
@@ -189,28 +221,90 @@ def main():
     rel = "results"
     L = []
     L.append("# SENS on this machine: measured\n")
+    reps = meta.get("reps", 1)
     L.append(f"Run {meta['date']} on {meta['cores']} cores ({meta['cpu']}), kernel {meta['kernel']}; "
-             f"{meta['seconds_per_point']} s per point; target pinned to core 0, `sens perf` to core 1, "
-             "both over 127.0.0.1, a fresh target per point.\n")
+             f"{meta['seconds_per_point']} s per run; target pinned to core 0, `sens perf` to core 1, "
+             "both over 127.0.0.1, a fresh target per run.\n")
+    if reps > 1:
+        L.append(f"Every point is the median (by IOPS) of {reps} runs, interleaved across policies "
+                 "(run 1 of every policy at that point, then run 2, ...) so that the machine's drift "
+                 "hits all policies alike; *spread* is the lowest and highest IOPS of those runs.\n")
+    if meta.get("policies_skipped"):
+        L.append("Policies the measured binary did not accept, so not in these tables: " +
+                 "; ".join(f"`{k}` ({v})" for k, v in meta["policies_skipped"].items()) + ".\n")
     if meta.get("rerun"):
         L.append(f"Re-measured: {meta['rerun']}.\n")
     if meta.get("idle"):
         L.append(f"Idle connections (`python3 bench/idle.py`): {meta['idle']}.\n")
     L.append(f"Regenerate everything here with `make bench` (or `{meta['command']}`); "
              "the raw numbers are in `docs/results/results.json` and `results.csv`, and `python3 bench/report.py --in docs/results/results.json --out bench/out --docs docs/results.md` rebuilds this page from them.\n")
+    if limits:
+        L.append("\n## The physical limit\n")
+        L.append("`build/sens_limit` (bench/limit): two pinned threads (cores 0 and 1) exchange "
+                 "requests and answers of NVMe/TCP's sizes over 127.0.0.1 with no protocol work "
+                 "(read: 72 B -> 24 + bs + 24 B; write: 72 + bs B -> 24 B), each side reading all "
+                 "that is available and answering with one `sendmsg` per connection per pass. "
+                 f"{meta.get('limit_seconds', '?')} s per run; the limit is the best of the runs "
+                 "(noise only slows a run down), the median beside it. *x limit* in the tables "
+                 "below divides a point's IOPS by the limit of its direction and block size at the "
+                 "same queues x QD, or at the nearest measured shape (closest total concurrency, "
+                 "then queue count), marked ~; a mixed workload's limit blends the read and write "
+                 "limits by the time each I/O takes.\n")
+        L.append("| rw | bs | queues x QD | polling | IOPS (best) | IOPS (median) | avg us | p99 us "
+                 "| target CPU s/MIO | client CPU s/MIO |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|")
+        for l in sorted(limits, key=lambda l: (l["poll"] != "busy", l["bs"], l["rw"],
+                                               l["queues"] * l["qd"], l["queues"])):
+            L.append(f"| {l['rw']} | {l['bs'] // 1024} KiB | {l['queues']}x{l['qd']} | {l['poll']} | "
+                     f"{fmt(l['iops'])} | {fmt(l.get('iops_median'))} | {fmt(l['lat_avg_us'], 1)} | "
+                     f"{fmt(l['lat_p99_us'], 1)} | {fmt(l.get('target_cpu_s_per_mio'), 2)} | "
+                     f"{fmt(l.get('client_cpu_s_per_mio'), 2)} |")
+
+    def limit_cell(p):
+        lim = p.get("limit")
+        if not lim:
+            return "-"
+        return ("" if lim.get("exact") else "~") + fmt(lim["iops"])
+
     for b in backends:
         L.append(f"\n## {b} namespace\n")
-        for wl in ["4k-randread", "4k-randwrite", "16k-randwrite-r2t", "16k-randread",
-                   "4k-randrw-90", "4k-randrw-50", "16k-randrw-90", "16k-randrw-50"]:
+        # Policies side by side: the table the issue's "never slower than the best" reads.
+        rows = sorted({(p["workload"], p["queues"], p["qd"]) for p in select(points, backend=b)},
+                      key=lambda r: (workload_order(r[0]), r[2], r[1]))
+        if rows:
+            L.append(("Median IOPS" if reps > 1 else "IOPS") + " of each policy" +
+                     (", and in brackets its fraction of the physical limit" if limits else "") +
+                     "; **bold** is the best policy of the row.\n")
+            L.append("| workload | queues x QD | " + ("limit IOPS | " if limits else "") +
+                     " | ".join(policies) + " |")
+            L.append("|---|---|" + ("---|" if limits else "") + "---|" * len(policies))
+            for wl, q, d in rows:
+                here = {p["policy"]: p for p in select(points, backend=b, workload=wl, queues=q, qd=d)}
+                best = max(here.values(), key=lambda p: p["iops"])["policy"]
+                cells = []
+                for pol in policies:
+                    p = here.get(pol)
+                    if not p:
+                        cells.append("-")
+                        continue
+                    v = fmt(p["iops"])
+                    v = f"**{v}**" if pol == best else v
+                    cells.append(v + (f" ({fraction(p)})" if p.get("fraction_of_limit") is not None else ""))
+                anyp = next(iter(here.values()))
+                L.append(f"| {wl} | {q}x{d} | " + (f"{limit_cell(anyp)} | " if limits else "") +
+                         " | ".join(cells) + " |")
+        for wl in WORKLOADS:
             pts = select(points, backend=b, workload=wl)
             if not pts:
                 continue
             L.append(f"\n### {wl}\n")
-            L.append("| queues x QD | policy | IOPS | MiB/s | avg us | p50 us | p99 us | target CPU s/MIO (usr+sys) "
-                     "| host CPU s/MIO | target sends/IO | PDUs/flush | R2T delay avg us |")
-            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-            for p in sorted(pts, key=lambda p: (p["qd"], p["queues"], POLICIES.index(p["policy"]))):
-                L.append(f"| {p['queues']}x{p['qd']} | {p['policy']} | {fmt(p['iops'])} | {fmt(p['mib_s'], 1)} | "
+            L.append("| queues x QD | policy | IOPS | spread | x limit | MiB/s | avg us | p50 us | p99 us "
+                     "| target CPU s/MIO (usr+sys) | host CPU s/MIO | target sends/IO | PDUs/flush "
+                     "| R2T delay avg us |")
+            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+            for p in sorted(pts, key=lambda p: (p["qd"], p["queues"], policy_order(p["policy"]))):
+                L.append(f"| {p['queues']}x{p['qd']} | {p['policy']} | {fmt(p['iops'])} | {iops_spread(p)} | "
+                         f"{fraction(p)} | {fmt(p['mib_s'], 1)} | "
                          f"{fmt(p['lat_avg_us'], 1)} | {fmt(p['lat_p50_us'], 1)} | {fmt(p['lat_p99_us'], 1)} | "
                          f"{fmt(p['target_usr_s_per_mio'], 2)}+{fmt(p['target_sys_s_per_mio'], 2)} | "
                          f"{fmt(p['host_usr_s_per_mio'], 2)}+{fmt(p['host_sys_s_per_mio'], 2)} | "

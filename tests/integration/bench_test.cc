@@ -1,8 +1,10 @@
-// `bench/run.py --quick` produces well-formed results: the JSON of every point, the CSV and
-// the plots. No timing thresholds: the numbers themselves are for docs/results.md.
+// `bench/run.py --quick` produces well-formed results: the physical limit, the JSON of every
+// point (the median of its repetitions, as a fraction of the limit), the CSV and the plots.
+// No timing thresholds: the numbers themselves are for docs/results.md.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -18,22 +20,49 @@ TEST(Bench, QuickSweepWritesJsonCsvAndPlots) {
   RunResult r =
       run_command({"/usr/bin/env", "python3", std::string(SENS_SOURCE_DIR) + "/bench/run.py",
                    "--quick", "--sens", SENS_BINARY, "--out", dir.path()},
-                  240000);
+                  300000);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
 
   std::ifstream in(dir.file("results.json"));
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << "results.json is not JSON";
-  ASSERT_TRUE(j.contains("meta") && j.contains("points"));
+  ASSERT_TRUE(j.contains("meta") && j.contains("points") && j.contains("limits"));
+  // Policies sens does not know yet are skipped with the reason, never failed.
+  const auto& meta = j["meta"];
+  const auto& policies = meta["policies"];
+  for (const char* policy : {"off", "eager", "uniform", "semantic", "adaptive"}) {
+    bool run = std::find(policies.begin(), policies.end(), policy) != policies.end();
+    EXPECT_NE(run, meta["policies_skipped"].contains(policy)) << policy << ": " << meta.dump();
+  }
+  EXPECT_EQ(meta["reps"], 3);
+
+  // The ceiling, measured before the grid: at least 4 KiB reads, busy-polling, at QD1.
+  bool qd1_read = false;
+  for (const auto& l : j["limits"]) {
+    EXPECT_GT(l["iops"].get<double>(), 0) << l.dump();
+    EXPECT_EQ(l["reps"].size(), 3u) << l.dump();
+    qd1_read |= l["rw"] == "read" && l["bs"] == 4096 && l["qd"] == 1 && l["poll"] == "busy";
+  }
+  EXPECT_TRUE(qd1_read) << j["limits"].dump();
+
   const auto& points = j["points"];
-  ASSERT_EQ(points.size(), 18u) << "quick: 2 workloads x 3 policies x 3 concurrency points";
+  ASSERT_EQ(points.size(), 5 * policies.size())
+      << "quick: 4 KiB reads at 1x1, 1x32, 4x32 and R2T writes at 1x32, 4x8, per policy";
   for (const auto& p : points) {
     for (const char* k : {"policy", "workload", "queues", "qd", "iops", "lat_avg_us", "lat_p99_us",
                           "target_usr_s_per_mio", "target_sys_s_per_mio", "host_usr_s_per_mio",
-                          "target_send_calls_per_io", "r2t_delay_us", "target_flushes"})
+                          "target_send_calls_per_io", "r2t_delay_us", "target_flushes", "reps",
+                          "iops_min", "iops_max", "limit", "fraction_of_limit"})
       ASSERT_TRUE(p.contains(k)) << "point lacks " << k << ": " << p.dump();
     EXPECT_GT(p["iops"].get<double>(), 0) << p.dump();
     EXPECT_GT(p["total_ios"].get<uint64_t>(), 0u);
+    // The point is the median of its reps, each of which is kept.
+    EXPECT_EQ(p["reps"].size(), 3u) << p.dump();
+    EXPECT_LE(p["iops_min"].get<double>(), p["iops"].get<double>());
+    EXPECT_GE(p["iops_max"].get<double>(), p["iops"].get<double>());
+    EXPECT_GT(p["fraction_of_limit"].get<double>(), 0) << p.dump();
+    EXPECT_NEAR(p["fraction_of_limit"].get<double>(),
+                p["iops"].get<double>() / p["limit"]["iops"].get<double>(), 1e-9);
   }
   for (const char* policy : {"off", "uniform", "semantic"}) {
     bool seen = false;

@@ -1,0 +1,75 @@
+// sens_limit (bench/limit) keeps working: bench/run.py divides every point by its numbers, so
+// a silently broken limit program would corrupt every "fraction of limit". No thresholds: the
+// machine decides the numbers, the test only that they exist and are well-formed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+
+namespace sens::testing {
+namespace {
+
+// Pinned as the bench runs it when there are two cores; unpinned otherwise.
+std::vector<std::string> core_args() {
+  if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) return {"--target-core", "0", "--client-core", "1"};
+  return {"--target-core", "-1", "--client-core", "-1"};
+}
+
+nlohmann::json run_limit(const std::vector<std::string>& options) {
+  TempDir dir;
+  std::vector<std::string> argv = {SENS_LIMIT_BINARY,      "--time", "0.3", "--json",
+                                   dir.file("limit.json"), "-q"};
+  argv.insert(argv.end(), options.begin(), options.end());
+  for (auto& a : core_args()) argv.push_back(a);
+  RunResult r = run_command(argv, 10000);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  auto j = nlohmann::json::parse(read_file(dir.file("limit.json")), nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << read_file(dir.file("limit.json"));
+  return j.is_discarded() ? nlohmann::json::object() : j;
+}
+
+void expect_measured(const nlohmann::json& j, unsigned qd, const char* rw) {
+  for (const char* k : {"iops", "lat_avg_us", "lat_p50_us", "lat_p99_us", "total_ios", "runtime_s",
+                        "target", "client"})
+    ASSERT_TRUE(j.contains(k)) << "lacks " << k << ": " << j.dump();
+  EXPECT_EQ(j["qd"], qd);
+  EXPECT_EQ(j["rw"], rw);
+  EXPECT_GT(j["iops"].get<double>(), 0);
+  EXPECT_GT(j["total_ios"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["lat_avg_us"].get<double>(), 0);
+  EXPECT_LE(j["lat_p50_us"].get<double>(), j["lat_p99_us"].get<double>());
+  EXPECT_GT(j["runtime_s"].get<double>(), 0.2);
+}
+
+TEST(Limit, ReadsAtQd1AndQd8) {
+  expect_measured(run_limit({"--qd", "1"}), 1, "read");
+  expect_measured(run_limit({"--qd", "8", "--queues", "2"}), 8, "read");
+}
+
+TEST(Limit, WritesSleepingInEpoll) {
+  auto j = run_limit({"--qd", "8", "--rw", "write", "--bs", "16k", "--poll", "epoll"});
+  expect_measured(j, 8, "write");
+  EXPECT_EQ(j["request_bytes"], 72 + 16384);
+  EXPECT_EQ(j["answer_bytes"], 24);
+}
+
+TEST(Limit, RefusesBadOptions) {
+  for (std::vector<std::string> bad : {std::vector<std::string>{"--qd", "0"},
+                                       {"--rw", "trim"},
+                                       {"--bs", "4q"},
+                                       {"--poll", "spin"},
+                                       {"--client-core", "4096"}}) {
+    std::vector<std::string> argv = {SENS_LIMIT_BINARY, "--time", "0.1"};
+    argv.insert(argv.end(), bad.begin(), bad.end());
+    RunResult r = run_command(argv);
+    EXPECT_EQ(r.code, 2) << bad[0] << " " << bad[1] << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(bad[0]), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace sens::testing
