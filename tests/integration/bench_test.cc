@@ -19,7 +19,8 @@ TEST(Bench, QuickSweepWritesJsonCsvAndPlots) {
   TempDir dir;
   RunResult r =
       run_command({"/usr/bin/env", "python3", std::string(SENS_SOURCE_DIR) + "/bench/run.py",
-                   "--quick", "--sens", SENS_BINARY, "--out", dir.path()},
+                   "--quick", "--sens", SENS_BINARY, "--out", dir.path(), "--policies",
+                   "off,adaptive", "--reps", "2", "--time", "0.5", "--limit-time", "0.3"},
                   300000);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
 
@@ -30,17 +31,18 @@ TEST(Bench, QuickSweepWritesJsonCsvAndPlots) {
   // Policies sens does not know yet are skipped with the reason, never failed.
   const auto& meta = j["meta"];
   const auto& policies = meta["policies"];
-  for (const char* policy : {"off", "eager", "uniform", "semantic", "adaptive"}) {
+  // (Two policies, two short reps: the pipeline is what is tested; `make bench` measures.)
+  for (const char* policy : {"off", "adaptive"}) {
     bool run = std::find(policies.begin(), policies.end(), policy) != policies.end();
     EXPECT_NE(run, meta["policies_skipped"].contains(policy)) << policy << ": " << meta.dump();
   }
-  EXPECT_EQ(meta["reps"], 3);
+  EXPECT_EQ(meta["reps"], 2);
 
   // The ceiling, measured before the grid: at least 4 KiB reads, busy-polling, at QD1.
   bool qd1_read = false;
   for (const auto& l : j["limits"]) {
     EXPECT_GT(l["iops"].get<double>(), 0) << l.dump();
-    EXPECT_EQ(l["reps"].size(), 3u) << l.dump();
+    EXPECT_EQ(l["reps"].size(), 2u) << l.dump();
     qd1_read |= l["rw"] == "read" && l["bs"] == 4096 && l["qd"] == 1 && l["poll"] == "busy";
   }
   EXPECT_TRUE(qd1_read) << j["limits"].dump();
@@ -57,14 +59,14 @@ TEST(Bench, QuickSweepWritesJsonCsvAndPlots) {
     EXPECT_GT(p["iops"].get<double>(), 0) << p.dump();
     EXPECT_GT(p["total_ios"].get<uint64_t>(), 0u);
     // The point is the median of its reps, each of which is kept.
-    EXPECT_EQ(p["reps"].size(), 3u) << p.dump();
+    EXPECT_EQ(p["reps"].size(), 2u) << p.dump();
     EXPECT_LE(p["iops_min"].get<double>(), p["iops"].get<double>());
     EXPECT_GE(p["iops_max"].get<double>(), p["iops"].get<double>());
     EXPECT_GT(p["fraction_of_limit"].get<double>(), 0) << p.dump();
     EXPECT_NEAR(p["fraction_of_limit"].get<double>(),
                 p["iops"].get<double>() / p["limit"]["iops"].get<double>(), 1e-9);
   }
-  for (const char* policy : {"off", "uniform", "semantic"}) {
+  for (const char* policy : {"off", "adaptive"}) {
     bool seen = false;
     for (const auto& p : points) seen |= p["policy"] == policy;
     EXPECT_TRUE(seen) << policy;
