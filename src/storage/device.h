@@ -52,6 +52,9 @@ class Queue {
   virtual uint64_t waited() const { return 0; }
   // How many times the kernel refused work for now (-EAGAIN, -EBUSY) and it was tried again.
   virtual uint64_t retried() const { return 0; }
+  // Cache flushes this queue asked of the device: fdatasync (FLUSH, after a FUA Write Zeroes)
+  // and writes with RWF_DSYNC (FUA writes, a FUA Write Zeroes done by writing zeroes).
+  virtual uint64_t cache_flushes() const { return 0; }
 };
 
 // Checks the syntax of a namespace spec without opening anything: "" or the precise error
@@ -91,6 +94,8 @@ class Device {
   // Makes every completed write, zeroing and discard durable (at shutdown, CC.SHN): fdatasync
   // for files. Returns 0 or -errno.
   virtual int sync() { return 0; }
+  // Successful sync() calls so far (the target's stats; tests check CC.SHN with it).
+  virtual uint64_t syncs() const { return 0; }
 };
 
 }  // namespace sens::storage

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -57,7 +58,12 @@ class FileDevice final : public Device {
     return text + ")";
   }
   std::unique_ptr<Queue> make_queue(unsigned depth) override;
-  int sync() override { return ::fdatasync(fd_) == 0 ? 0 : -errno; }
+  int sync() override {
+    if (::fdatasync(fd_) != 0) return -errno;
+    syncs_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  uint64_t syncs() const override { return syncs_.load(std::memory_order_relaxed); }
 
   int fd() const { return fd_; }
   bool is_block_device() const { return is_block_device_; }
@@ -70,6 +76,7 @@ class FileDevice final : public Device {
   bool read_only_;
   bool is_block_device_;
   bool direct_;
+  std::atomic<uint64_t> syncs_{0};  // any reactor (or the main thread) may sync
 };
 
 // Stands in when a ring cannot be set up (e.g. io_uring disabled): fails every request with the
@@ -178,8 +185,10 @@ class FileQueue final : public Queue {
   unsigned inflight() const override { return requests_; }
   uint64_t waited() const override { return waited_; }
   uint64_t retried() const override { return retried_; }
+  uint64_t cache_flushes() const override { return cache_flushes_; }
 
  private:
+  uint64_t cache_flushes_ = 0;
   enum class Step : uint8_t {
     kMain,      // the request's own operation
     kZeroFill,  // zeroing by writes, where the filesystem cannot zero a range
@@ -246,10 +255,14 @@ class FileQueue final : public Queue {
       case Step::kZeroFill:
         io_uring_prep_write(sqe, fd, zero_region(),
                             unsigned(std::min<uint64_t>(remaining, kZeroRegionSize)), offset);
-        if (r.fua) sqe->rw_flags = RWF_DSYNC;
+        if (r.fua) {
+          sqe->rw_flags = RWF_DSYNC;
+          ++cache_flushes_;
+        }
         break;
       case Step::kSync:
         io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+        ++cache_flushes_;
         break;
       case Step::kMain:
         switch (r.op) {
@@ -260,10 +273,14 @@ class FileQueue final : public Queue {
           case Op::kWrite:
             io_uring_prep_write(sqe, fd, static_cast<uint8_t*>(r.buf) + op->done,
                                 unsigned(remaining), offset);
-            if (r.fua) sqe->rw_flags = RWF_DSYNC;
+            if (r.fua) {
+              sqe->rw_flags = RWF_DSYNC;
+              ++cache_flushes_;
+            }
             break;
           case Op::kFlush:
             io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+            ++cache_flushes_;
             break;
           // fallocate takes a 64-bit length (in sqe->addr): one entry for any range.
           case Op::kWriteZeroes:

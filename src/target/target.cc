@@ -158,6 +158,14 @@ nlohmann::json ReactorContext::stats_json() {
                       {"inline_allocated_bytes", inline_pool.stats().allocated_bytes},
                       {"inline_waits", inline_pool.stats().waits},
                       {"reader_holds", holds}};
+  uint64_t waited = 0, retried = 0, flushes = 0;
+  for (auto& [ns, q] : queues_) {
+    waited += q->waited();
+    retried += q->retried();
+    flushes += q->cache_flushes();
+  }
+  // Device queues: requests that waited for room, kernel refusals retried, cache flushes.
+  j["device"] = {{"waited", waited}, {"retried", retried}, {"cache_flushes", flushes}};
   j["reactor"] = reactor.stats_json();
   j["wakeups"] = reactor.stats().wakeups;  // (also in "reactor"; kept for older readers)
   j["timers_fired"] = reactor.stats().timers_fired;
@@ -410,6 +418,12 @@ nlohmann::json Target::stats_json() {
   }
   nlohmann::json j = coalesce::to_json(total);
   j["policy"] = coalesce::policy_name(config_.coalesce.policy);
+  nlohmann::json namespaces = nlohmann::json::array();
+  for (auto& s : registry_.subsystems())
+    for (auto& ns : s->namespaces)
+      if (ns) namespaces.push_back({{"nqn", s->nqn}, {"nsid", ns->nsid}, {"spec", ns->spec},
+                                    {"syncs", ns->device->syncs()}});
+  j["namespaces"] = namespaces;  // syncs: whole-device flushes (shutdown, CC.SHN)
   j["reactors"] = reactors;
   j["connections"] = per;
   return j;

@@ -1,8 +1,12 @@
 // Regression tests for defects a production host met (issue 10): each failed before its fix.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -244,6 +248,122 @@ TEST_F(BigRamTest, DeallocateBeyond4GiB) {
   EXPECT_EQ(first_difference(std::vector<uint8_t>(4096, 0), back), -1) << "4.5 GiB not zeroed";
   ASSERT_TRUE(read(at_5).ok());
   EXPECT_EQ(first_difference(pattern(4096, 2), back), -1) << "5 GiB must be untouched";
+}
+
+// A file namespace (and, where loop devices work, a block device) for the durability and
+// DLFEAT checks: the RAM namespace has nothing to flush and always reads zeroes.
+class FileNsTest : public TargetFixture {
+ protected:
+  target::TargetConfig config() override {
+    char name[] = "/var/tmp/sens-defects-XXXXXX";
+    int fd = mkstemp(name);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, 16 << 20), 0);
+    ::close(fd);
+    file_ = name;
+    auto c = test_config();
+    c.subsystems = {{kNqn, {"file:" + file_}, {}}};
+    return c;
+  }
+  void TearDown() override {
+    TargetFixture::TearDown();
+    if (!file_.empty()) ::unlink(file_.c_str());
+  }
+  uint64_t cache_flushes() {
+    const nlohmann::json stats = target_->stats_json();  // (kept alive for the loop)
+    uint64_t n = 0;
+    for (auto& r : stats["reactors"]) n += r["device"]["cache_flushes"].get<uint64_t>();
+    return n;
+  }
+  uint64_t syncs() { return target_->stats_json()["namespaces"][0]["syncs"].get<uint64_t>(); }
+  std::string file_;
+};
+
+// CC.SHN used to report the shutdown complete without flushing file namespaces.
+TEST_F(FileNsTest, ShutdownFlushesFileNamespacesBeforeReportingComplete) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  const uint64_t before = cache_flushes();
+  Result r = s.admin.exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001 | (1u << 14), false));
+  ASSERT_TRUE(r.ok()) << r.describe();
+  r = s.admin.exec(nvme::make_property_get(nvme::reg::kCsts, false));
+  ASSERT_TRUE(r.ok()) << r.describe();
+  ASSERT_EQ((r.cqe.dw0 >> 2) & 3, 2u) << "SHST: shutdown complete";
+  EXPECT_EQ(cache_flushes(), before + 1) << "complete, but the file was never flushed";
+}
+
+// At exit the target syncs every namespace (Device::sync, counted per namespace).
+TEST_F(FileNsTest, StopSyncsEveryNamespace) {
+  EXPECT_EQ(syncs(), 0u);
+  target_->stop();
+  EXPECT_EQ(syncs(), 1u) << target_->stats_json()["namespaces"].dump();
+}
+
+// Write Zeroes used to drop FUA: the zeroes were not durable when the command completed.
+TEST_F(FileNsTest, WriteZeroesWithFuaFlushesTheCache) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  const uint64_t before = cache_flushes();
+  Result z = s.io.exec(nvme::make_io(nvme::io_op::kWriteZeroes, 1, 64, 32, Xfer::kTransport, 0));
+  ASSERT_TRUE(z.ok()) << z.describe();
+  EXPECT_EQ(cache_flushes(), before) << "no FUA, no flush";
+  auto fua = nvme::make_io(nvme::io_op::kWriteZeroes, 1, 64, 32, Xfer::kTransport, 0);
+  fua.cdw12 |= 1u << 30;  // FUA
+  z = s.io.exec(fua);
+  ASSERT_TRUE(z.ok()) << z.describe();
+  // (one fdatasync after fallocate, or RWF_DSYNC zero writes where the file system cannot
+  // zero a range)
+  EXPECT_GT(cache_flushes(), before) << "FUA Write Zeroes completed without a flush: "
+                                     << target_->stats_json()["reactors"].dump();
+}
+
+// DLFEAT (Identify Namespace) used to claim "deallocated blocks read as zeroes" for every
+// backend; a block device's discard need not zero (and the target cannot know that it does).
+TEST_F(FileNsTest, DeallocatedBlocksReadAsZeroesOnlyWhereTheBackendZeroes) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  nvme::IdentifyNamespace idns{};
+  Result r = s.admin.exec(nvme::make_identify(0, 1), nullptr, 0, &idns, sizeof(idns));
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(idns.dlfeat & 7, 1) << "a regular file: punched holes read as zeroes";
+
+  // A block device: a loop device over a file, where the kernel provides one.
+  char name[] = "/var/tmp/sens-loop-XXXXXX";
+  int fd = mkstemp(name);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 8 << 20), 0);
+  ::close(fd);
+  std::string out;
+  if (FILE* p = popen(("losetup --find --show " + std::string(name) + " 2>/dev/null").c_str(), "r")) {
+    char line[256];
+    if (fgets(line, sizeof line, p)) out = line;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  if (out.empty()) {
+    ::unlink(name);
+    GTEST_SKIP() << "no loop device here (losetup failed): the block-device half is untested";
+  }
+  auto cfg = test_config();
+  cfg.subsystems = {{kNqn, {"file:" + out}, {}}};
+  target::Target blk(cfg);
+  std::string err = blk.start();
+  uint16_t port = 0;
+  for (auto& b : blk.bound())
+    if (!b.discovery) port = b.port;
+  if (err.empty()) {
+    Session sb;
+    ASSERT_EQ(sb.open(port, kNqn), "");
+    nvme::IdentifyNamespace bns{};
+    r = sb.admin.exec(nvme::make_identify(0, 1), nullptr, 0, &bns, sizeof(bns));
+    EXPECT_TRUE(r.ok()) << r.describe();
+    EXPECT_EQ(bns.dlfeat & 7, 0) << out << ": a block device's discard is not known to zero";
+    blk.stop();
+  }
+  int detached = std::system(("losetup -d " + out).c_str());
+  EXPECT_EQ(detached, 0) << "losetup -d " << out;
+  ::unlink(name);
+  ASSERT_EQ(err, "") << out;
 }
 
 // SPDK's tools (spdk_nvme_perf -r, spdk_nvme_identify) search the whole transport ID string
