@@ -8,7 +8,7 @@ SENS=${1:-build/sens}
 SECS=${2:-5}
 echo "| policy | queues x QD | IOPS | MiB/s | avg us | p50 us | p99 us | p99.9 us | perf CPU usr+sys s | perf sends/IO |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
-for policy in off uniform semantic; do
+for policy in off eager uniform semantic adaptive; do
   PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   LOG=$(mktemp)
   taskset -c 0 "$SENS" target --listen 127.0.0.1:$PORT --discovery-port 0 --ns ram:1G \
