@@ -5,11 +5,18 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 # clang and libclang-rt-14-dev (its sanitizer and libFuzzer runtimes): make sanitize, make fuzz.
-DEB_PACKAGES := cmake g++ make pkg-config googletest libgtest-dev liburing-dev libisal-dev \
+DEB_PACKAGES := cmake g++ make pkg-config googletest libgtest-dev liburing-dev libisal-dev libssl-dev \
 	libcli11-dev nlohmann-json3-dev fio nvme-cli tshark gnuplot iproute2 procps python3 \
-	clang libclang-rt-14-dev
+	clang libclang-rt-14-dev librbd-dev librados-dev
+# The one-node Ceph cluster the rbd tests start (../shared/ceph/minicluster.sh, its own package
+# list), installed without Recommends (ceph-mgr's would pull in its dashboard and more).
+CEPH_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime bc
 
-.PHONY: all deps build test sanitize fuzz demo interop bench clean format
+# fio's engine headers: the installed fio's own source package (deb-src of the same archive),
+# configured, so that libsens_fio.so matches it (fio checks FIO_IOOPS_VERSION on load).
+FIO_SRC_ROOT ?= /usr/local/src/sens-fio
+
+.PHONY: all deps fio-src build test sanitize fuzz demo interop bench clean format
 
 all: build
 
@@ -21,6 +28,32 @@ deps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@missing=""; for p in $(CEPH_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing (no recommends):$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@$(MAKE) --no-print-directory fio-src
+
+fio-src:
+	@ver=$$(dpkg-query -W -f='$${Version}' fio); up=$${ver%-*}; up=$${up#*:}; \
+	dir=$(FIO_SRC_ROOT)/fio-$$up; \
+	if [ ! -f $$dir/config-host.h ]; then \
+	  echo "fio $$ver source for the engine headers -> $$dir"; \
+	  if ! grep -rqs '^Types: deb-src' /etc/apt/sources.list.d/ && \
+	     ! grep -qs '^deb-src' /etc/apt/sources.list; then \
+	    uris=$$(awk '/^URIs:/{print $$2; exit}' /etc/apt/sources.list.d/debian.sources); \
+	    suite=$$(awk '/^Suites:/{print $$2; exit}' /etc/apt/sources.list.d/debian.sources); \
+	    printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+	      "$$uris" "$$suite" > /etc/apt/sources.list.d/sens-fio-src.sources; \
+	    apt-get update -qq; \
+	  fi; \
+	  mkdir -p $(FIO_SRC_ROOT) && cd $(FIO_SRC_ROOT) && \
+	  apt-get source -qq --download-only fio=$$ver && \
+	  tar xzf fio_$$up.orig.tar.gz && cd fio-$$up && ./configure --disable-native > configure.log; \
 	fi
 
 $(BUILD)/Makefile: CMakeLists.txt

@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
-"""CPU of `sens target` holding N idle, connected NVMe/TCP queues (issue target: 64 idle
-connections cost under 1 % of a core). Each connection does ICReq and a Fabrics Connect of an
-admin queue (with kato 0, so no keep-alive traffic), then stays silent."""
+"""CPU of an idle `sens target` and an idle host (issue target: 64 connected queues with no
+I/O cost each side under 1 % of a core).
+
+--host perf (default): `sens perf` connects a controller with N I/O queues (keep-alive on, as
+by default) and issues 1 I/O per second over all of them (--rate-iops 1); the target's CPU is
+read from /proc over the same window, the host's from its own report.
+--host raw: N connections each do ICReq and a Fabrics Connect of an admin queue (kato 0, so no
+keep-alive traffic), then stay silent; only the target is measured."""
 import argparse
+import json
 import os
 import signal
 import socket
@@ -57,9 +63,72 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def start_target(sens, port):
+    return subprocess.Popen(["taskset", "-c", "0", sens, "target", "--listen", f"127.0.0.1:{port}",
+                             "--discovery-port", "0", "--ns", "ram:64M", "-q"],
+                            stdout=subprocess.DEVNULL)
+
+
+def wait_listening(port):
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"target not listening on port {port}")
+
+
+def raw_connections(args, target, port):
+    conns = [connect_admin(port) for _ in range(args.connections)]
+    time.sleep(0.5)
+    c0, t0 = cpu_seconds(target.pid), time.time()
+    time.sleep(args.seconds)
+    c1, t1 = cpu_seconds(target.pid), time.time()
+    pct = 100.0 * (c1 - c0) / (t1 - t0)
+    print(f"idle: {len(conns)} connected queues, target CPU {pct:.2f} % of a core over "
+          f"{t1 - t0:.1f} s ({c1 - c0:.3f} s)")
+    for s in conns:
+        s.close()
+    return pct < 1.0
+
+
+def perf_host(args, target, port):
+    warmup = 1.0
+    report = os.path.join("/tmp", f"sens-idle-{os.getpid()}.json")
+    perf = subprocess.Popen(["taskset", "-c", "1", args.sens, "perf", "-r",
+                             f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}",
+                             "--queues", str(args.connections), "--qd", "1", "--rate-iops", "1",
+                             "--time", str(args.seconds), "--warmup", str(warmup), "-q",
+                             "--json", report], stdout=subprocess.DEVNULL)
+    try:
+        # The target's window: the perf run's measured seconds, after connect and warm-up.
+        time.sleep(warmup + 0.5)
+        c0, t0 = cpu_seconds(target.pid), time.time()
+        time.sleep(args.seconds - 1.0)
+        c1, t1 = cpu_seconds(target.pid), time.time()
+        if perf.wait(timeout=args.seconds + 60) != 0:
+            raise RuntimeError("sens perf failed")
+        with open(report) as f:
+            j = json.load(f)
+    finally:
+        if perf.poll() is None:
+            perf.kill()
+        if os.path.exists(report):
+            os.unlink(report)
+    target_pct = 100.0 * (c1 - c0) / (t1 - t0)
+    host_pct = 100.0 * (j["cpu_user_s"] + j["cpu_sys_s"]) / j["runtime_s"]
+    print(f"idle: {args.connections} I/O queues at 1 I/O per second, target CPU {target_pct:.2f} % "
+          f"of a core, sens perf {host_pct:.2f} % (over {j['runtime_s']:.1f} s; host sleeps "
+          f"{j['poll']['sleeps']}, wakeups {j['poll']['wakeups']})")
+    return target_pct < 1.0 and host_pct < 1.0
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sens", default="build/sens")
+    ap.add_argument("--host", choices=["perf", "raw"], default="perf")
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--port", type=int, default=0)
@@ -69,27 +138,12 @@ def main():
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-    target = subprocess.Popen(["taskset", "-c", "0", args.sens, "target", "--listen",
-                               f"127.0.0.1:{port}", "--discovery-port", "0", "--ns", "ram:64M", "-q"],
-                              stdout=subprocess.DEVNULL)
+    target = start_target(args.sens, port)
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        conns = [connect_admin(port) for _ in range(args.connections)]
-        time.sleep(0.5)
-        c0, t0 = cpu_seconds(target.pid), time.time()
-        time.sleep(args.seconds)
-        c1, t1 = cpu_seconds(target.pid), time.time()
-        pct = 100.0 * (c1 - c0) / (t1 - t0)
-        print(f"idle: {len(conns)} connected queues, target CPU {pct:.2f} % of a core over "
-              f"{t1 - t0:.1f} s ({c1 - c0:.3f} s)")
-        for s in conns:
-            s.close()
-        return 0 if pct < 1.0 else 1
+        wait_listening(port)
+        ok = raw_connections(args, target, port) if args.host == "raw" else \
+            perf_host(args, target, port)
+        return 0 if ok else 1
     finally:
         target.send_signal(signal.SIGINT)
         target.wait(timeout=10)

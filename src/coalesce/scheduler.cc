@@ -20,9 +20,9 @@ namespace sens::coalesce {
 //   adaptive per its rule (see scheduler.h). It also measures the arrival rate, so the
 //   owner calls it at the end of every pass in which the connection enqueued or held PDUs.
 // * on_enqueue order: kUrgent -> kImmediate, policy off -> kImmediate, then kCapacity
-//   (total >= B), kControlCapacity (semantic/adaptive, control >= c2), kByteCap (bytes >= cap), then an
-//   already-expired deadline (same rule as on_timer). The counters are compared with >=, so an
-//   owner that ignored a flush request is asked again on the next PDU. A deadline that is
+//   (total >= B), kControlCapacity (semantic/adaptive, control >= c2), kByteCap (bytes >= cap),
+//   then an already-expired deadline (same rule as on_timer). The counters are compared with >=, so
+//   an owner that ignored a flush request is asked again on the next PDU. A deadline that is
 //   already due at enqueue (T or Tc of 0, or a late owner timer) flushes at once rather than
 //   holding the PDU past it.
 // * on_timer: when both deadlines have passed, the earlier one names the flush; on a tie
@@ -63,8 +63,8 @@ const char* policy_name(Policy p) {
 }
 
 bool parse_policy(std::string_view name, Policy* out) {
-  for (Policy p : {Policy::kOff, Policy::kEager, Policy::kUniform, Policy::kSemantic,
-                   Policy::kAdaptive}) {
+  for (Policy p :
+       {Policy::kOff, Policy::kEager, Policy::kUniform, Policy::kSemantic, Policy::kAdaptive}) {
     if (name == policy_name(p)) {
       *out = p;
       return true;
@@ -110,21 +110,27 @@ void Stats::merge(const Stats& other) {
   for (size_t i = 0; i < flushes.size(); ++i) flushes[i] += other.flushes[i];
   pdus_per_flush.merge(other.pdus_per_flush);
   r2t_delay_ns.merge(other.r2t_delay_ns);
+  timer_flush_late_ns.merge(other.timer_flush_late_ns);
 }
 
 Scheduler::Scheduler(const Config& config, const Clock& clock) : config_(config), clock_(clock) {}
 
 FlushReason Scheduler::on_enqueue(PduClass cls, uint32_t bytes) {
-  const Nanos now = clock_.now();
   const Policy policy = config_.policy;
   const bool coalescing = policy != Policy::kOff;
   // Eager holds nothing past the pass, so it needs no timer; adaptive's T bounds a hold.
-  const bool timed = policy == Policy::kUniform || policy == Policy::kSemantic ||
-                     policy == Policy::kAdaptive;
+  const bool timed =
+      policy == Policy::kUniform || policy == Policy::kSemantic || policy == Policy::kAdaptive;
   // Adaptive counts control PDUs like semantic (c2 still flushes early) but has no Tc: its
   // control PDUs leave at the end of the pass.
   const bool classes = policy == Policy::kSemantic || policy == Policy::kAdaptive;
 
+  // Uniform and semantic check their deadlines on every PDU (a late timer must not hold a
+  // group past T). Adaptive checks at every pass end, so it reads the clock only to open a
+  // group or for a control PDU: at high load most of its PDUs cost no clock read.
+  const bool needs_time = policy == Policy::kUniform || policy == Policy::kSemantic ||
+                          (pdus_ == 0 && timed) || cls == PduClass::kControl;
+  const Nanos now = needs_time ? clock_.now() : 0;
   if (pdus_ == 0 && timed) deadline_ = saturating_add(now, config_.timeout);
   ++pdus_;
   ++pass_pdus_;
@@ -143,7 +149,7 @@ FlushReason Scheduler::on_enqueue(PduClass cls, uint32_t bytes) {
   if (pdus_ >= config_.pdus) return FlushReason::kCapacity;
   if (classes && ctrl_ > 0 && ctrl_ >= config_.ctrl_pdus) return FlushReason::kControlCapacity;
   if (config_.bytes > 0 && bytes_ >= config_.bytes) return FlushReason::kByteCap;
-  return expired(now);
+  return needs_time ? expired(now) : FlushReason::kNone;
 }
 
 double Scheduler::arrival_rate() const {
@@ -180,7 +186,7 @@ double Scheduler::hold_threshold(uint32_t room) {
   return table[std::min(room, kTable)];
 }
 
-FlushReason Scheduler::on_pass_end(double busy) {
+FlushReason Scheduler::on_pass_end(double busy, uint32_t in_progress) {
   const Nanos now = clock_.now();
   if (pass_pdus_ > 0) {
     if (last_arrival_pass_ >= 0) {
@@ -207,7 +213,8 @@ FlushReason Scheduler::on_pass_end(double busy) {
       if (FlushReason due = expired(now); due != FlushReason::kNone) return due;
       if (busy < kHoldBusy) return FlushReason::kPassEnd;
       const uint32_t room = config_.pdus > pdus_ ? config_.pdus - pdus_ : 0;
-      const double mu = arrival_rate() * double(deadline_ - now) / double(kSecond);
+      const double mu =
+          std::min(arrival_rate() * double(deadline_ - now) / double(kSecond), double(in_progress));
       if (mu < hold_threshold(room)) return FlushReason::kPassEnd;
       ++stats_.holds;
       return FlushReason::kNone;
@@ -243,9 +250,14 @@ void Scheduler::track_r2t(Nanos now) {
 }
 
 void Scheduler::on_flushed(FlushReason reason) {
-  const Nanos now = clock_.now();
+  // Only the R2T delay and timer lateness statistics need the time.
+  const bool timer = reason == FlushReason::kTimer || reason == FlushReason::kControlTimer;
+  const Nanos now = timer || r2t_tracked_ > 0 || r2t_overflow_ > 0 ? clock_.now() : 0;
   const size_t r = std::min(size_t(reason), stats_.flushes.size() - 1);
   ++stats_.flushes[r];
+  if (timer && next_deadline() != kNoDeadline) {
+    stats_.timer_flush_late_ns.record(uint64_t(std::max<Nanos>(now - next_deadline(), 0)));
+  }
   if (pdus_ > 0) {
     stats_.pdus_per_flush.record(pdus_);
     stats_.pdus_sent += pdus_;

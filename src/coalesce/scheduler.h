@@ -57,11 +57,14 @@ inline constexpr Nanos kNoDeadline = INT64_MAX;
 // Counters a connection exports (summed over connections by the owner).
 struct Stats {
   uint64_t pdus_sent = 0;
-  uint64_t holds = 0;  // adaptive: pass ends at which the group was held, not flushed
+  uint64_t holds = 0;       // adaptive: pass ends at which the group was held, not flushed
   uint64_t send_calls = 0;  // filled by the sender: sendmsg() calls made
   std::array<uint64_t, size_t(FlushReason::kCount)> flushes{};
   Histogram pdus_per_flush;
   Histogram r2t_delay_ns;  // from an R2T entering the group to its flush
+  // Timer flushes: from the deadline to the flush (a late reactor pass, or the thread
+  // preempted in the handler), so that "an R2T waits at most Tc" can be checked end to end.
+  Histogram timer_flush_late_ns;
 
   void merge(const Stats& other);
 };
@@ -90,7 +93,12 @@ class Scheduler {
   //  * the model expects at least one more PDU to join before the timer: with the
   //    connection's measured arrival rate lambda and the time left to the deadline, Eq. 1
   //    gives E[B_eff] >= 2 for the room left in the group (see hold_threshold()).
-  FlushReason on_pass_end(double busy);
+  //    The expected count is capped by `in_progress`: the connection's work under way that
+  //    will queue PDUs without waiting for this group (target: commands not yet answered and
+  //    not in the group; host: commands the target holds). The measured rate assumes
+  //    arrivals go on while the group waits; in a closed loop that has handed all its
+  //    commands' answers to the group, nothing more comes until it leaves.
+  FlushReason on_pass_end(double busy, uint32_t in_progress = UINT32_MAX);
   // The smallest expected arrival count mu = lambda * t for which a group with `room` more
   // places gains at least one PDU on average: E[min(N(mu), room)] >= 1 (infinite for room < 2).
   static double hold_threshold(uint32_t room);

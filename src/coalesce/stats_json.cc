@@ -25,7 +25,8 @@ nlohmann::json to_json(const Stats& stats) {
           {"holds", stats.holds},
           {"flushes", std::move(flushes)},
           {"pdus_per_flush", brief(stats.pdus_per_flush, 1.0)},
-          {"r2t_delay_us", brief(stats.r2t_delay_ns, double(kMicro))}};
+          {"r2t_delay_us", brief(stats.r2t_delay_ns, double(kMicro))},
+          {"timer_flush_late_us", brief(stats.timer_flush_late_ns, double(kMicro))}};
 }
 
 }  // namespace sens::coalesce

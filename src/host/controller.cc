@@ -7,7 +7,10 @@
 #include <cstring>
 #include <random>
 
+#include "auth/dhchap.h"
+#include "auth/tls_psk.h"
 #include "common/log.h"
+#include "wire/nvme_auth.h"
 #include "wire/nvme_build.h"
 
 namespace sens::host {
@@ -46,6 +49,8 @@ Controller::Controller(Reactor& reactor)
     : reactor_(reactor), keep_alive_([this] { on_keep_alive_timer(); }) {}
 
 Controller::~Controller() {
+  auth::wipe(host_key_);
+  auth::wipe(ctrl_key_);
   reactor_.cancel(keep_alive_);
   shutting_down_ = true;  // closing is not a failure worth recording
   for (auto& q : io_) q->close("controller destroyed");
@@ -59,7 +64,7 @@ std::unique_ptr<Queue> Controller::open_queue(const QueueOptions& qo, std::strin
     *error = "bad address " + trid_.traddr;
     return nullptr;
   }
-  const Nanos deadline = reactor_.now() + options_.connect_timeout;
+  const Nanos deadline = reactor_.now() + connect_timeout();
   for (;;) {
     auto q = std::make_unique<Queue>(reactor_, qo);
     *error = q->open(reinterpret_cast<sockaddr*>(&ss), len, deadline);
@@ -87,14 +92,21 @@ Completion Controller::wait_command(Queue& q, const nvme::Sqe& sqe, void* buf, u
     w->c = c;
     w->done = true;
   };
-  if (!q.submit(sqe, buf, len, dir, cb, &w, 0)) {
+  // A queue of the library (caller-chosen cids) is set up before any submitter has a cid:
+  // its Connect and authentication commands take cid 0, one at a time.
+  iovec iov{buf, len};
+  const bool sent = q.external_cids() ? q.submitv(sqe, &iov, buf ? 1 : 0, len, dir, cb, &w, 0, 0)
+                                      : q.submit(sqe, buf, len, dir, cb, &w, 0);
+  if (!sent) {
     Completion c;
     c.status = kStatusHostPathError;
     return c;
   }
   // The queue's watchdog fails the command at its own timeout; this bound is a backstop.
-  const Nanos deadline = reactor_.now() + timeout + kSecond;
-  while (!w.done && reactor_.now() < deadline) reactor_.run_once(10 * kMilli);
+  // The queue's own reactor: a library I/O queue lives on its owner's thread.
+  Reactor& r = q.reactor();
+  const Nanos deadline = r.now() + timeout + kSecond;
+  while (!w.done && r.now() < deadline) r.run_once(10 * kMilli);
   if (!w.done) {
     q.close("admin command timed out");
     if (!w.done) w.c.status = kStatusHostAborted;
@@ -106,12 +118,12 @@ std::string Controller::connect_queue(Queue& q, uint16_t qid, uint16_t sqsize) {
   nvme::ConnectData data;
   uint8_t hostid[16];
   std::memcpy(hostid, options_.hostid.data(), 16);
-  nvme::fill_connect_data(data, hostid, qid == 0 ? 0xFFFF : cntlid_, trid_.subnqn, hostnqn_);
+  nvme::fill_connect_data(data, hostid, qid == 0 ? 0xFFFF : cntlid(), trid_.subnqn, hostnqn_);
   uint8_t cattr = options_.disable_sqflow ? nvme::kCattrDisableSqFlowControl : 0;
   // KATO is a property of the controller: only the admin Connect carries it.
   nvme::Sqe sqe = nvme::make_connect(qid, sqsize, qid == 0 ? options_.kato_ms : 0, cattr);
   Completion c =
-      wait_command(q, sqe, &data, sizeof(data), DataDir::kHostToController, options_.admin_timeout);
+      wait_command(q, sqe, &data, sizeof(data), DataDir::kHostToController, admin_timeout());
   if (!c.ok()) {
     std::string why =
         "Connect qid " + std::to_string(qid) + " to " + trid_.subnqn + ": " + describe(c);
@@ -121,7 +133,16 @@ std::string Controller::connect_queue(Queue& q, uint16_t qid, uint16_t sqsize) {
     if (!q.error().empty()) why += ": " + q.error();
     return why;
   }
-  if (qid == 0) cntlid_ = uint16_t(c.dw0 & 0xFFFF);
+  if (qid == 0) cntlid_.store(uint16_t(c.dw0 & 0xFFFF), std::memory_order_release);
+  if (c.dw0 & nvme::auth::kAuthreqAscr)
+    return "Connect qid " + std::to_string(qid) +
+           ": the controller requires secure channel concatenation (AUTHREQ.ASCR), not "
+           "supported";
+  if (c.dw0 & nvme::auth::kAuthreqAtr) return authenticate(q, qid);
+  if (have_ctrl_key_)
+    return "Connect qid " + std::to_string(qid) +
+           ": a controller secret was given, but the controller does not ask to "
+           "authenticate (AUTHREQ.ATR clear): it cannot be authenticated";
   return "";
 }
 
@@ -138,6 +159,61 @@ std::string Controller::connect(const TransportId& trid, const ControllerOptions
              : !trid_.hostnqn.empty()
                  ? trid_.hostnqn
                  : "nqn.2014-08.org.nvmexpress:uuid:" + uuid_text(options_.hostid);
+  for (auto* secret : {&options_.dhchap_secret, &options_.dhchap_ctrl_secret}) {
+    if (secret->empty()) continue;
+    const bool host = secret == &options_.dhchap_secret;
+    std::string why;
+    auto parsed = auth::parse_secret(*secret, &why);
+    if (!parsed) return std::string(host ? "--dhchap-secret" : "--dhchap-ctrl-secret") + ": " + why;
+    // The host key is transformed with the host NQN, the controller's with the subsystem's.
+    (host ? host_key_ : ctrl_key_) = auth::transform_key(*parsed, host ? hostnqn_ : trid_.subnqn);
+    (host ? have_host_key_ : have_ctrl_key_) = true;
+    auth::wipe(parsed->key);
+  }
+  if (have_ctrl_key_ && !have_host_key_)
+    return "--dhchap-ctrl-secret needs --dhchap-secret: the host authenticates first";
+  if (!options_.tls_psk_file.empty()) {
+    std::vector<auth::ConfiguredPsk> keys;
+    std::string why;
+    if (!auth::load_tls_psk_file(options_.tls_psk_file, &keys, &why)) return "--tls: " + why;
+    const auth::ConfiguredPsk& key = keys.front();
+    transport::TlsPsk psk;
+    psk.hash = key.cipher_hash();
+    auth::Bytes retained = auth::retained_psk(key, hostnqn_);
+    const std::string digest = auth::psk_digest(psk.hash, retained, hostnqn_, trid_.subnqn);
+    psk.identity = auth::psk_identity(psk.hash, hostnqn_, trid_.subnqn, digest);
+    psk.key = auth::tls_psk(psk.hash, retained, digest);
+    auth::wipe(retained);
+    for (auto& k : keys) auth::wipe(k.key);
+    tls_ = transport::TlsContext::client(std::move(psk), &why);
+    if (!tls_) return "--tls: " + why;
+  }
+  return connect_admin();
+}
+
+void Controller::drop(const std::string& why) {
+  reactor_.cancel(keep_alive_);
+  const bool was = shutting_down_;
+  shutting_down_ = true;  // our own close is not a failure to report
+  if (admin_) admin_->close(why);
+  shutting_down_ = was;
+}
+
+std::string Controller::reconnect() {
+  drop("reconnecting");
+  admin_.reset();
+  error_.clear();
+  keep_alive_inflight_ = false;
+  return connect_admin();
+}
+
+void Controller::lost(const std::string& why) {
+  if (shutting_down_) return;
+  if (error_.empty()) error_ = why;
+  if (on_lost_) on_lost_(on_lost_ctx_, why);
+}
+
+std::string Controller::connect_admin() {
   QueueOptions qo;
   qo.qid = 0;
   qo.depth = kAdminDepth;
@@ -145,6 +221,7 @@ std::string Controller::connect(const TransportId& trid, const ControllerOptions
   qo.data_digest = options_.data_digest;
   qo.command_timeout = options_.admin_timeout;
   qo.max_transfer = 1u << 20;
+  qo.tls = tls_.get();
   std::string err;
   admin_ = open_queue(qo, &err);
   if (!admin_)
@@ -216,6 +293,7 @@ std::string Controller::create_io_queues() {
   qo.coalesce = options_.coalesce;
   qo.command_timeout = options_.io_timeout;
   qo.max_transfer = options_.max_transfer;
+  qo.tls = tls_.get();
   for (uint16_t qid = 1; qid <= n; ++qid) {
     qo.qid = qid;
     std::string err;
@@ -234,7 +312,7 @@ Completion Controller::admin(const nvme::Sqe& sqe, void* buf, uint32_t len, Data
     c.status = kStatusHostPathError;
     return c;
   }
-  return wait_command(*admin_, sqe, buf, len, dir, options_.admin_timeout);
+  return wait_command(*admin_, sqe, buf, len, dir, admin_timeout());
 }
 
 std::string Controller::property_get(uint32_t offset, bool eight_bytes, uint64_t* value) {
@@ -350,16 +428,16 @@ void Controller::on_keep_alive_timer() {
 void Controller::on_keep_alive_done(void* ctx, uint64_t, const Completion& c) {
   auto* self = static_cast<Controller*>(ctx);
   self->keep_alive_inflight_ = false;
-  if (!c.ok() && self->error_.empty() && !self->shutting_down_)
-    self->error_ = "Keep Alive: " + describe(c);
+  // A queue that failed under it has reported itself already.
+  if (!c.ok() && self->admin_ && self->admin_->is_open()) self->lost("Keep Alive: " + describe(c));
 }
 
 void Controller::on_queue_failure(void* ctx, Queue& q) {
   auto* self = static_cast<Controller*>(ctx);
-  if (self->shutting_down_ || !self->error_.empty()) return;
-  self->error_ = (q.qid() == 0 ? std::string("admin queue: ")
-                               : "I/O queue " + std::to_string(q.qid()) + ": ") +
-                 q.error();
+  if (self->shutting_down_) return;
+  self->lost((q.qid() == 0 ? std::string("admin queue: ")
+                           : "I/O queue " + std::to_string(q.qid()) + ": ") +
+             q.error());
 }
 
 }  // namespace sens::host

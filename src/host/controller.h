@@ -8,6 +8,7 @@
 // command completes or times out, so call them from the top level of the reactor's thread,
 // never from a completion callback. The I/O path (Queue::submit) is asynchronous.
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,6 +35,17 @@ struct ControllerOptions {
   Nanos admin_timeout = 10 * kSecond;
   Nanos connect_timeout = 10 * kSecond;
   uint32_t max_transfer = 1u << 20;  // the largest I/O the caller will submit
+  // DH-HMAC-CHAP (as nvme connect --dhchap-secret / --dhchap-ctrl-secret): the host's secret,
+  // used on every queue whose Connect answers AUTHREQ.ATR; with the controller's secret the
+  // host also checks the controller's response (bidirectional). A controller that asks for
+  // authentication fails the connect when the host has no secret, and a controller secret
+  // given to a controller that does not ask fails it too.
+  std::string dhchap_secret, dhchap_ctrl_secret;
+  std::vector<uint8_t> dhchap_hashes = {1, 2, 3};             // offered, in this order
+  std::vector<uint8_t> dhchap_dhgroups = {0, 1, 2, 3, 4, 5};  // null, ffdhe2048..8192
+  // TLS 1.3 (NVMe/TCP 1.1) with the first PSK of this file (interchange format): its length
+  // picks TLS_AES_128_GCM_SHA256 (32 bytes) or TLS_AES_256_GCM_SHA384 (48).
+  std::string tls_psk_file;
 };
 
 // The fields of Identify Namespace a benchmark needs.
@@ -54,6 +66,23 @@ class Controller {
   // Connects the admin queue and brings the controller up to CSTS.RDY and Identify.
   // Returns "" or an error naming the step that failed.
   std::string connect(const TransportId& trid, const ControllerOptions& options);
+  // After a lost connection: closes the admin queue (commands on it fail with
+  // kStatusHostPathError), stops keep alive. The keys, TLS context and host identity stay.
+  void drop(const std::string& why);
+  // A new association with the same options (a new admin queue, Connect, authentication, TLS,
+  // CC.EN, Identify), as connect() did; "" or what failed.
+  std::string reconnect();
+  // Caps the connect and admin command timeouts (0: none), so that a reconnect attempt ends
+  // by a deadline; read by the threads that connect I/O queues.
+  void set_timeout_cap(Nanos cap) { timeout_cap_.store(cap, std::memory_order_relaxed); }
+  Nanos admin_timeout() const { return capped(options_.admin_timeout); }
+  Nanos connect_timeout() const { return capped(options_.connect_timeout); }
+  // Called once per failure of the admin queue or of a keep alive (not for drop() or
+  // shutdown()), on the reactor's thread.
+  void set_on_lost(void (*fn)(void* ctx, const std::string& why), void* ctx) {
+    on_lost_ = fn;
+    on_lost_ctx_ = ctx;
+  }
   // Bounds the data of one I/O command (received PDU sizes are checked against it).
   void set_max_transfer(uint32_t bytes) { options_.max_transfer = bytes; }
   // Set Features Number of Queues, then one connection and Fabrics Connect per I/O queue.
@@ -82,13 +111,28 @@ class Controller {
   const nvme::IdentifyController& identify() const { return *id_; }
   uint64_t cap() const { return cap_; }
   uint32_t vs() const { return vs_; }
-  uint16_t cntlid() const { return cntlid_; }
+  uint16_t cntlid() const { return cntlid_.load(std::memory_order_acquire); }
   const std::string& hostnqn() const { return hostnqn_; }
   const TransportId& trid() const { return trid_; }
   const ControllerOptions& options() const { return options_; }
   // Largest data transfer (MDTS; 0 = no limit reported) and in-capsule bytes on I/O queues.
   uint32_t max_transfer_bytes() const;
   uint32_t io_incapsule_bytes() const;
+
+  // Runs DH-HMAC-CHAP again on the admin queue, then on every I/O queue (re-authentication,
+  // NVMe Base 2.0 8.13.5.1). "" or what failed.
+  std::string reauthenticate();
+  // The hash and DH group the last exchange on the admin queue used (0 before any).
+  uint8_t auth_hash() const { return auth_hash_; }
+  uint8_t auth_dhgroup() const { return auth_dhgroup_; }
+  uint64_t authentications() const { return authentications_; }
+
+  // Fabrics Connect of a queue this controller did not open itself (the library's I/O
+  // queues), then DH-HMAC-CHAP if the controller asks for it; runs the queue's reactor until
+  // done. "" or what failed.
+  std::string connect_queue(Queue& q, uint16_t qid, uint16_t sqsize);
+  // The TLS context every queue of this controller uses (null: plain TCP).
+  transport::TlsContext* tls() const { return tls_.get(); }
 
   // The first failure of any queue (or of a keep alive), "" while all is well.
   const std::string& error() const { return error_; }
@@ -98,8 +142,14 @@ class Controller {
  private:
   Completion wait_command(Queue& q, const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir,
                           Nanos timeout);
-  std::string connect_queue(Queue& q, uint16_t qid, uint16_t sqsize);
+  std::string authenticate(Queue& q, uint16_t qid);  // host/dhchap.cc
   std::unique_ptr<Queue> open_queue(const QueueOptions& qo, std::string* error);
+  std::string connect_admin();
+  Nanos capped(Nanos t) const {
+    const Nanos cap = timeout_cap_.load(std::memory_order_relaxed);
+    return cap > 0 && cap < t ? cap : t;
+  }
+  void lost(const std::string& why);
   void on_keep_alive_timer();
   static void on_keep_alive_done(void* ctx, uint64_t tag, const Completion& c);
   static void on_queue_failure(void* ctx, Queue& q);
@@ -114,12 +164,22 @@ class Controller {
   uint64_t cap_ = 0;
   uint32_t vs_ = 0;
   uint32_t cc_ = 0;
-  uint16_t cntlid_ = 0xFFFF;
+  std::atomic<Nanos> timeout_cap_{0};
+  // Read by the threads that connect the library's I/O queues.
+  std::atomic<uint16_t> cntlid_{0xFFFF};
   std::string error_;
   Timer keep_alive_;
   bool keep_alive_inflight_ = false;
   uint64_t keep_alives_ = 0;
   bool shutting_down_ = false;
+  std::vector<uint8_t> host_key_, ctrl_key_;  // transformed DH-HMAC-CHAP keys
+  std::unique_ptr<transport::TlsContext> tls_;
+  bool have_host_key_ = false, have_ctrl_key_ = false;
+  std::atomic<uint16_t> transaction_{0};  // I/O queues authenticate on their own threads
+  void (*on_lost_)(void*, const std::string&) = nullptr;
+  void* on_lost_ctx_ = nullptr;
+  uint8_t auth_hash_ = 0, auth_dhgroup_ = 0;
+  std::atomic<uint64_t> authentications_{0};
 };
 
 // Text for a Completion: "LBA out of range (0x080)".

@@ -1,12 +1,17 @@
 #pragma once
-// `sens perf`: a closed-loop NVMe/TCP load generator on one reactor thread (the benchmark
-// pins it with taskset). Every queue keeps `qd` commands in flight; each completion records
-// its latency in a log-bucketed histogram and submits the next I/O from the same buffer.
+// `sens perf`: a closed-loop NVMe/TCP load generator on the host library. --threads
+// submitting threads each drive --queues queues with a poller of their own (the benchmark
+// pins the process with taskset); every queue keeps `qd` commands in flight; each completion
+// records its latency in a log-bucketed histogram and submits the next I/O from the same
+// buffer. --share lock|sendlist puts the queues over --connections shared connections.
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
 
+#include <sens/host.h>
+
+#include "buffers/buffer_pool.h"
 #include "coalesce/scheduler.h"
 #include "host/trid.h"
 #include "reactor/reactor.h"
@@ -27,10 +32,15 @@ struct PerfOptions {
   int rwmixread = 50;  // percent of reads in rw/randrw
   bool rwmixread_given = false;
   uint32_t bs = 4096;
-  uint32_t qd = 32;  // per queue
-  uint32_t queues = 1;
+  uint32_t qd = 32;          // per queue
+  uint32_t queues = 1;       // per thread
+  uint32_t threads = 1;      // submitting threads (--threads), each with `queues` queues
+  uint32_t connections = 0;  // --connections: shared modes (0: 1); none: threads x queues
+  ShareMode share = ShareMode::kNone;
   double time_s = 10;
   double warmup_s = 0;
+  buffers::Layout buffers = buffers::Layout::kNaive;  // --buffers
+  double rate_iops = 0;  // total I/Os per second across queues, as fio's rate_iops; 0: no cap
   bool verify = false;
   uint64_t size = 64ull << 20;  // the region of the namespace exercised (capped to its size)
   uint64_t seed = 0;            // verify pattern seed; 0 picks one
@@ -45,7 +55,13 @@ struct PerfOptions {
   uint32_t kato_ms = 5000;
   uint32_t io_timeout_ms = 30000;
   uint32_t connect_timeout_ms = 10000;
-  bool progress = true;  // the line every second
+  // Reconnect as the Linux host (ControllerOptions): 0 (the default) reports a lost
+  // connection as an error at once; otherwise I/O waits up to ctrl_loss_tmo_s for it.
+  uint32_t reconnect_delay_s = 1;
+  uint32_t ctrl_loss_tmo_s = 0;
+  std::string dhchap_secret, dhchap_ctrl_secret;  // DH-HMAC-CHAP (see ControllerOptions)
+  std::string tls_psk_file;                       // TLS 1.3 (see ControllerOptions)
+  bool progress = true;                           // the line every second
 };
 
 // Checks and completes the options (parses the TRID). Returns "" or an error naming the

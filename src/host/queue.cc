@@ -105,6 +105,30 @@ std::string Queue::open_fd(int fd, Nanos deadline) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails on socketpairs: fine
+  if (options_.tls) {
+    // TLS 1.3 first (NVMe/TCP 1.1): set-up, not the data path, so a poll() loop to the deadline.
+    tls_ = std::make_unique<transport::TlsChannel>(*options_.tls, fd);
+    for (;;) {
+      using Io = transport::TlsChannel::Io;
+      Io io = tls_->handshake();
+      if (io == Io::kOk) break;
+      if (io != Io::kWantRead && io != Io::kWantWrite) {
+        std::string why = tls_->error();
+        if (why.find("alert handshake failure") != std::string::npos)
+          why += " (the target knows no PSK for this identity: wrong key, host or subsystem?)";
+        ::close(fd);
+        return why;
+      }
+      pollfd p{fd, short(io == Io::kWantRead ? POLLIN : POLLOUT), 0};
+      const Nanos left = deadline - reactor_.now();
+      if (left <= 0 || poll(&p, 1, int(std::max<Nanos>(left / kMilli, 1))) <= 0) {
+        ::close(fd);
+        return "TLS handshake: no answer before the connect timeout";
+      }
+    }
+    reader_.set_tls(tls_.get());
+    send_->set_tls(tls_.get());
+  }
   fd_ = fd;
   send_->set_fd(fd);
   epoll_events_ = EPOLLIN;
@@ -125,14 +149,63 @@ std::string Queue::open_fd(int fd, Nanos deadline) {
 
 bool Queue::submit(const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir, Callback cb,
                    void* ctx, uint64_t tag) {
-  if (state_ != State::kOpen || free_.empty()) return false;
-  const uint16_t cid = free_.back();
-  free_.pop_back();
+  iovec one{buf, len};
+  return submitv(sqe, &one, 1, len, dir, cb, ctx, tag);
+}
+
+namespace {
+// Appends to out[] the pieces of the list `iov` covering bytes [offset, offset + len); returns
+// how many (at most kMaxIov).
+int slice_iov(const iovec* iov, int iovcnt, size_t offset, size_t len, iovec* out) {
+  int n = 0;
+  for (int i = 0; i < iovcnt && len > 0; ++i) {
+    if (offset >= iov[i].iov_len) {
+      offset -= iov[i].iov_len;
+      continue;
+    }
+    const size_t k = std::min(iov[i].iov_len - offset, len);
+    out[n++] = {static_cast<uint8_t*>(iov[i].iov_base) + offset, k};
+    len -= k;
+    offset = 0;
+  }
+  return n;
+}
+
+uint32_t crc32c_of(const iovec* iov, int n) {
+  uint32_t crc = kCrc32cInit;
+  for (int i = 0; i < n; ++i) crc = crc32c_update(crc, iov[i].iov_base, iov[i].iov_len);
+  return crc32c_finish(crc);
+}
+}  // namespace
+
+void Queue::check_remote_error() {
+  if (int err = remote_send_error_.exchange(0, std::memory_order_acquire))
+    fail(errno_text("send", err));
+}
+
+bool Queue::submitv(const nvme::Sqe& sqe, const iovec* iov_in, int iovcnt, uint32_t len,
+                    DataDir dir, Callback cb, void* ctx, uint64_t tag, int want_cid) {
+  if (state_ != State::kOpen || iovcnt < 0 || iovcnt > kMaxIov) return false;
+  uint16_t cid;
+  if (options_.external_cids) {
+    if (want_cid < 0 || size_t(want_cid) >= slots_.size() || slots_[want_cid].active) return false;
+    cid = uint16_t(want_cid);
+  } else {
+    if (want_cid >= 0 || free_.empty()) return false;
+    cid = free_.back();
+    free_.pop_back();
+  }
   Slot& s = slots_[cid];
   const bool fabrics_or_admin = sqe.opcode == nvme::kFabricsOpcode || options_.qid == 0;
   const uint32_t limit = fabrics_or_admin ? kAdminIncapsule : incapsule_limit_;
   if (dir == DataDir::kNone) len = 0;
-  s.buf = static_cast<uint8_t*>(buf);
+  if (iovcnt == 1) {  // the caller's single iovec may be a temporary: keep a copy
+    s.one = iov_in[0];
+    s.iov = &s.one;
+  } else {
+    s.iov = iov_in;
+  }
+  s.iovcnt = uint16_t(len ? iovcnt : 0);
   s.len = len;
   s.dir = dir;
   s.opcode = sqe.opcode;
@@ -143,13 +216,13 @@ bool Queue::submit(const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir, C
   s.pending_sends = 1;
   s.h2c_inflight = 0;
   s.result = Completion{};
-  s.deadline = reactor_.now() + options_.command_timeout;
+  s.watchdog_runs = watchdog_runs_;  // its age is counted in watchdog runs: no clock read
   s.cb = cb;
   s.ctx = ctx;
   s.tag = tag;
   s.active = true;
   ++inflight_;
-  reactor_.add_outstanding(1);  // hybrid polling: a completion is on its way
+  if (!options_.remote_submit) reactor_.add_outstanding(1);  // hybrid polling: an answer is due
   ++counters_.submitted;
 
   const uint32_t incapsule = s.in_capsule ? len : 0;
@@ -157,19 +230,19 @@ bool Queue::submit(const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir, C
   nvme::Sqe& q = s.hdr.cmd.sqe;
   q.cid = cid;
   nvme::set_sgl(q, s.in_capsule ? nvme::Xfer::kInCapsule : nvme::Xfer::kTransport, len);
-  iovec iov[3];
+  iovec iov[kMaxIov + 2];
   int n = 0;
   iov[n++] = {&s.hdr, pdu::finish_header(s.hdr, digests_)};
   if (incapsule) {
     if (sqe.opcode != nvme::kFabricsOpcode) ++counters_.incapsule_writes;  // not Connect's
-    iov[n++] = {s.buf, incapsule};
-    if (digests_.data) {
-      s.ddgst = crc32c(s.buf, incapsule);
-      iov[n++] = {&s.ddgst, pdu::kDigestLen};
-    }
+    const int k = slice_iov(s.iov, s.iovcnt, 0, incapsule, iov + n);
+    if (digests_.data) s.ddgst = crc32c_of(iov + n, k);
+    n += k;
+    if (digests_.data) iov[n++] = {&s.ddgst, pdu::kDigestLen};
   }
-  // Admin traffic (keep alive, property polls) and Connects never wait for a coalescing timer.
-  PduClass cls = fabrics_or_admin ? PduClass::kUrgent : PduClass::kData;
+  // Admin traffic (keep alive, property polls) and Connects never wait for a coalescing timer;
+  // nor does a remote submitter's command (it sends under the connection's lock).
+  PduClass cls = fabrics_or_admin || options_.remote_submit ? PduClass::kUrgent : PduClass::kData;
   send_->enqueue(iov, n, cls, {&Queue::on_cmd_sent, this, cid});
   return true;
 }
@@ -183,6 +256,10 @@ void Queue::close(const std::string& why) {
 // ---- receive ----
 
 void Queue::on_event(uint32_t events) {
+  if (options_.remote_submit) {
+    check_remote_error();
+    if (fd_ < 0) return;
+  }
   if ((events & EPOLLOUT) && fd_ >= 0) send_->on_writable();
   if (!(events & (EPOLLIN | EPOLLERR | EPOLLHUP)) || fd_ < 0) return;
   // A bounded budget keeps one busy queue from starving the others on this reactor.
@@ -241,8 +318,8 @@ bool Queue::on_icresp(const pdu::ICResp& resp) {
   reader_.set_digests(digests_);
   reader_.set_after_ic(true);
   state_ = State::kOpen;
-  const Nanos tick = std::clamp<Nanos>(options_.command_timeout / 4, 10 * kMilli, 250 * kMilli);
-  reactor_.arm(watchdog_, reactor_.now() + tick);
+  watchdog_tick_ = std::clamp<Nanos>(options_.command_timeout / 4, 10 * kMilli, 250 * kMilli);
+  reactor_.arm(watchdog_, reactor_.now() + watchdog_tick_);
   return true;
 }
 
@@ -286,7 +363,10 @@ bool Queue::on_c2h_data(const pdu::DataHeader& hdr) {
                "datao " + std::to_string(hdr.datao) + " + datal " + std::to_string(hdr.datal) +
                    " past the command's " + std::to_string(s.len) + " bytes");
   // The payload lands in the caller's buffer; only headers pass through staging.
-  reader_.set_payload_target(s.buf + hdr.datao, hdr.datal);
+  if (s.iovcnt == 1)
+    reader_.set_payload_target(static_cast<uint8_t*>(s.iov[0].iov_base) + hdr.datao, hdr.datal);
+  else
+    reader_.set_payload_target(s.iov, s.iovcnt, hdr.datao, hdr.datal);
   ++counters_.c2h_pdus;
   return true;
 }
@@ -351,7 +431,7 @@ void Queue::issue_h2c(uint16_t cid) {
     H2CSlot& h = h2c_[size_t(cid) * window + (s.h2c_next++ % window)];
     pdu::build_data(h.hdr, pdu::Type::kH2CData, cid, s.ttag, c.offset, c.length,
                     c.last ? pdu::flag::kDataLast : 0, digests_);
-    iovec iov[3];
+    iovec iov[kMaxIov + 2];
     int n = 0;
     uint32_t hl = pdu::kDataHlen;
     if (digests_.header) {
@@ -359,11 +439,10 @@ void Queue::issue_h2c(uint16_t cid) {
       hl += pdu::kDigestLen;
     }
     iov[n++] = {&h.hdr, hl};
-    iov[n++] = {s.buf + c.offset, c.length};
-    if (digests_.data) {
-      h.ddgst = crc32c(s.buf + c.offset, c.length);
-      iov[n++] = {&h.ddgst, pdu::kDigestLen};
-    }
+    const int k = slice_iov(s.iov, s.iovcnt, c.offset, c.length, iov + n);
+    if (digests_.data) h.ddgst = crc32c_of(iov + n, k);
+    n += k;
+    if (digests_.data) iov[n++] = {&h.ddgst, pdu::kDigestLen};
     s.h2c_issued += c.length;
     ++s.h2c_inflight;
     ++s.pending_sends;
@@ -398,7 +477,21 @@ void Queue::want_writable(bool on) {
   reactor_.modify(fd_, epoll_events_, this);
 }
 
+uint32_t Queue::pdus_in_progress() const {
+  // Completions (which resubmit, in a closed loop) and R2Ts can come only from commands the
+  // controller holds: those in flight whose capsule has left.
+  const uint32_t queued = send_->scheduler().queued_pdus();
+  return inflight_ > queued ? inflight_ - queued : 0;
+}
+
 void Queue::on_send_error(int err) {
+  if (options_.remote_submit && Reactor::current() != &reactor_) {
+    // A submitter's send under the lock: the reactor's thread tears down (it owns the
+    // timers); the shutdown wakes it with EPOLLHUP.
+    remote_send_error_.store(err, std::memory_order_release);
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+    return;
+  }
   fail(errno_text("send", err));
 }
 
@@ -419,9 +512,9 @@ void Queue::complete(uint16_t cid) {
   const uint64_t tag = s.tag;
   s.active = false;
   s.cb = nullptr;
-  free_.push_back(cid);
+  if (!options_.external_cids) free_.push_back(cid);
   --inflight_;
-  reactor_.add_outstanding(-1);
+  if (!options_.remote_submit) reactor_.add_outstanding(-1);
   ++counters_.completed;
   if (cb) cb(ctx, tag, result);  // may submit again, reusing this very slot
 }
@@ -466,11 +559,18 @@ void Queue::fail(const std::string& why, uint16_t status) {
 
 void Queue::on_watchdog() {
   const Nanos now = reactor_.now();
+  ++watchdog_runs_;
+  // Runs are at least a tick apart, so a command submitted before the last k runs is at least
+  // (k - 1) ticks old: never timed out early, at most about two ticks late.
+  const uint32_t limit_runs =
+      uint32_t((options_.command_timeout + watchdog_tick_ - 1) / watchdog_tick_) + 1;
   int expired = 0;
   uint16_t first = 0;
   for (uint16_t cid = 0; cid < slots_.size(); ++cid) {
     Slot& s = slots_[cid];
-    if (s.active && s.deadline <= now) {
+    // An Asynchronous Event Request waits for an event, however long (as in Linux).
+    if (options_.qid == 0 && s.opcode == nvme::admin_op::kAsyncEvent) continue;
+    if (s.active && watchdog_runs_ - s.watchdog_runs >= limit_runs) {
       if (expired++ == 0) first = cid;
       s.timed_out = true;
     }
@@ -484,8 +584,7 @@ void Queue::on_watchdog() {
     fail(buf);
     return;
   }
-  const Nanos tick = std::clamp<Nanos>(options_.command_timeout / 4, 10 * kMilli, 250 * kMilli);
-  reactor_.arm(watchdog_, now + tick);
+  reactor_.arm(watchdog_, now + watchdog_tick_);
 }
 
 }  // namespace sens::host

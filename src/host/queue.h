@@ -5,6 +5,7 @@
 // copy no payload. Everything runs on the reactor's thread.
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "reactor/reactor.h"
 #include "transport/pdu_reader.h"
 #include "transport/send_queue.h"
+#include "transport/tls.h"
 #include "wire/nvme.h"
 #include "wire/pdu.h"
 
@@ -44,9 +46,20 @@ struct QueueOptions {
   bool data_digest = false;
   coalesce::Config coalesce;  // forced to Policy::kOff on the admin queue
   Nanos command_timeout = 30 * kSecond;
-  uint32_t max_transfer = 1u << 20;  // largest command data length (bounds received plen)
-  uint32_t max_h2c_window = 8;       // H2CData PDUs of one command queued at once
+  uint32_t max_transfer = 1u << 20;      // largest command data length (bounds received plen)
+  uint32_t max_h2c_window = 8;           // H2CData PDUs of one command queued at once
+  transport::TlsContext* tls = nullptr;  // TLS 1.3 with this PSK before ICReq (null: plain)
+  // The caller names each command's cid (submitv's `cid`): a shared connection partitions
+  // the cid space among its submitters. The queue then keeps no free list.
+  bool external_cids = false;
+  // Commands are submitted (under a lock) from threads other than the reactor's: submit
+  // touches nothing of the reactor, PDUs leave at once, and a send error is left to the
+  // reactor's thread to act on.
+  bool remote_submit = false;
 };
+
+// Most iovecs one command's data may have.
+inline constexpr int kMaxIov = 32;
 
 struct QueueCounters {
   uint64_t submitted = 0, completed = 0;
@@ -84,6 +97,15 @@ class Queue final : public EventHandler,
   // is free or the queue is not open (the callback is then never called).
   bool submit(const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir, Callback cb, void* ctx,
               uint64_t tag);
+  // The same with the data in `iovcnt` (1..kMaxIov) iovecs of `len` bytes in all; the array
+  // stays the caller's, valid until the callback. With external_cids, `cid` is the caller's
+  // pick (< depth, not in flight); otherwise it must be -1.
+  bool submitv(const nvme::Sqe& sqe, const iovec* iov, int iovcnt, uint32_t len, DataDir dir,
+               Callback cb, void* ctx, uint64_t tag, int cid = -1);
+  Reactor& reactor() const { return reactor_; }
+  bool external_cids() const { return options_.external_cids; }
+  // Fails the queue from its reactor's thread after a remote submitter's send failed.
+  void check_remote_error();
 
   // Fails every command in flight with kStatusHostPathError (callbacks run), closes the socket.
   void close(const std::string& why = "closed by the host");
@@ -105,6 +127,8 @@ class Queue final : public EventHandler,
   const transport::SendQueue& send_queue() const { return *send_; }
   transport::SendQueue& send_queue() { return *send_; }
   const transport::RecvCounters& recv_counters() const { return reader_.counters(); }
+  // Receives into the caller's staging buffer from now on (see PduReader::use_staging).
+  bool use_staging(uint8_t* mem, size_t bytes) { return reader_.use_staging(mem, bytes); }
 
   // Observes queue failures (the controller tears down, perf reports).
   void set_on_failure(void (*fn)(void* ctx, Queue& q), void* ctx) {
@@ -119,9 +143,11 @@ class Queue final : public EventHandler,
     uint32_t ddgst;
   };
   struct Slot {
-    pdu::HeaderSlot hdr;  // the CapsuleCmd header and its digest
-    uint32_t ddgst = 0;   // in-capsule data digest
-    uint8_t* buf = nullptr;
+    pdu::HeaderSlot hdr;         // the CapsuleCmd header and its digest
+    uint32_t ddgst = 0;          // in-capsule data digest
+    const iovec* iov = nullptr;  // the data: the caller's list, or &one
+    iovec one{};
+    uint16_t iovcnt = 0;
     uint32_t len = 0;
     DataDir dir = DataDir::kNone;
     bool active = false;
@@ -137,7 +163,7 @@ class Queue final : public EventHandler,
     uint16_t h2c_inflight = 0;
     uint32_t h2c_next = 0;  // ring index into this slot's H2C headers
     Completion result;
-    Nanos deadline = 0;
+    uint32_t watchdog_runs = 0;  // the queue's watchdog run count at submission
     Callback cb = nullptr;
     void* ctx = nullptr;
     uint64_t tag = 0;
@@ -152,6 +178,7 @@ class Queue final : public EventHandler,
   // SendQueue::Owner
   void want_writable(bool on) override;
   void on_send_error(int err) override;
+  uint32_t pdus_in_progress() const override;
 
   bool on_icresp(const pdu::ICResp& resp);
   bool on_capsule_resp(const pdu::CapsuleResp& resp);
@@ -173,6 +200,7 @@ class Queue final : public EventHandler,
   State state_ = State::kIdle;
   int fd_ = -1;
   std::string error_;
+  std::unique_ptr<transport::TlsChannel> tls_;
   transport::PduReader reader_;
   std::unique_ptr<transport::SendQueue> send_;
   pdu::Digests digests_;
@@ -186,7 +214,10 @@ class Queue final : public EventHandler,
   pdu::HeaderSlot ic_slot_;
   pdu::HeaderSlot term_slot_;
   Timer watchdog_;
+  Nanos watchdog_tick_ = 0;     // how often the watchdog checks command ages
+  uint32_t watchdog_runs_ = 0;  // how often it has
   QueueCounters counters_;
+  std::atomic<int> remote_send_error_{0};  // errno of a remote submitter's failed send
   void (*on_failure_)(void*, Queue&) = nullptr;
   void* on_failure_ctx_ = nullptr;
 };

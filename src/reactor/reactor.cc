@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -140,6 +140,9 @@ void Reactor::fire_timers() {
     heap_remove(0);
     ++stats_.timers_fired;
     t->fire_();
+    // A handler may send: the next timer's lateness counts from when it really runs, so that
+    // a delay bounded by "timer + lateness" holds for every timer of a busy pass.
+    if (!heap_.empty()) now = clock_.now();
   }
 }
 
@@ -155,6 +158,20 @@ void Reactor::post(std::function<void()> fn) {
   uint64_t one = 1;
   ssize_t r = write(event_fd_, &one, sizeof(one));
   (void)r;
+}
+
+void Reactor::wake() {
+  uint64_t one = 1;
+  ssize_t r = write(event_fd_, &one, sizeof(one));
+  (void)r;
+}
+
+void Reactor::add_pass_hook(PassHook* h) {
+  pass_hooks_.push_back(h);
+}
+
+void Reactor::remove_pass_hook(PassHook* h) {
+  pass_hooks_.erase(std::remove(pass_hooks_.begin(), pass_hooks_.end(), h), pass_hooks_.end());
 }
 
 void Reactor::drain_mailbox() {
@@ -229,10 +246,26 @@ Nanos Reactor::polled_wait(Nanos wait, Nanos now) const {
   if (wait == 0 || poll_mode_ == PollMode::kOff) return wait;
   if (poll_mode_ == PollMode::kAlways) return 0;
   // Adaptive: spin while the next event is likely to come soon: up to twice the recent time
-  // between events (a peer answering in 10 us is worth waiting for; one answering in 15 ms,
-  // a slow device or an idle host, is not), never longer than max_spin.
+  // between events, counted from the last event or from a submission that ended a quiet spell
+  // (a peer answering in 10 us is worth waiting for; one answering in 15 ms, a slow device or
+  // an idle host, is not), never longer than max_spin.
   Nanos budget = std::min<Nanos>(max_spin_, Nanos(2 * event_gap_ns_));
   return now - last_event_ < budget ? 0 : wait;
+}
+
+int Reactor::wait_events(Nanos wait, const timespec& ts) {
+  // epoll_pwait2 (Linux 5.11) takes the timeout in nanoseconds, which the microsecond
+  // coalescing timers need. Where it is missing (older kernels, valgrind) epoll_wait rounds
+  // the wait up to whole milliseconds: timers fire late, nothing is lost.
+  static std::atomic<bool> have_pwait2{true};  // every reactor thread learns it at once
+  if (have_pwait2.load(std::memory_order_relaxed)) {
+    int n =
+        epoll_pwait2(epfd_, events_.data(), int(events_.size()), wait < 0 ? nullptr : &ts, nullptr);
+    if (n >= 0 || errno != ENOSYS) return n;
+    have_pwait2.store(false, std::memory_order_relaxed);
+  }
+  const int ms = wait < 0 ? -1 : int(std::min<Nanos>((wait + kMilli - 1) / kMilli, INT32_MAX));
+  return epoll_wait(epfd_, events_.data(), int(events_.size()), ms);
 }
 
 void Reactor::run_once(Nanos max_wait) {
@@ -241,16 +274,23 @@ void Reactor::run_once(Nanos max_wait) {
   // they are a visible share of the loop.
   const Nanos poll_start = clock_.now();
   const Nanos due = due_wait(max_wait, poll_start);
-  const Nanos wait = polled_wait(due, poll_start);
+  Nanos wait = polled_wait(due, poll_start);
+  // Another thread may have queued work for a hook just now: it sees "asleep" or we see it.
+  const bool guarded = wait != 0 && sleep_guard_;
+  if (guarded && !sleep_guard_->before_sleep()) wait = 0;
   const bool spin = wait == 0 && due != 0;  // polling's choice, not work due
   timespec ts{time_t(wait / kSecond), long(wait % kSecond)};
   ++stats_.polls;
   if (wait != 0) ++stats_.sleeps;
-  int n =
-      epoll_pwait2(epfd_, events_.data(), int(events_.size()), wait < 0 ? nullptr : &ts, nullptr);
+  int n = wait_events(wait, ts);
+  if (guarded) sleep_guard_->after_sleep();
   const Nanos poll_end = clock_.now();
+  pass_start_ = poll_end;
+  if (pass_mutex_) pass_mutex_->lock();
+  bool hooked = false;
+  for (size_t i = 0; i < pass_hooks_.size(); ++i) hooked |= pass_hooks_[i]->on_pass();
   const uint64_t fired_before = stats_.timers_fired;
-  if (n > 0) {
+  if (n > 0 || hooked) {
     ++stats_.wakeups;
     // The gap between passes with events, for adaptive polling's budget.
     const double gap = double(poll_end - last_event_);
@@ -259,6 +299,7 @@ void Reactor::run_once(Nanos max_wait) {
   } else if (spin) {
     ++stats_.spins;
   }
+  if (n < 0) n = 0;
   for (int i = 0; i < n; ++i) {
     if (events_[i].data.u64 == kWakeupTag) {
       drain_mailbox();
@@ -267,10 +308,11 @@ void Reactor::run_once(Nanos max_wait) {
     static_cast<EventHandler*>(events_[i].data.ptr)->on_event(events_[i].events);
   }
   fire_timers();
-  const bool worked = n > 0 || stats_.timers_fired != fired_before || !deferred_.empty() ||
-                      !pass_end_.empty();
+  const bool worked = n > 0 || hooked || stats_.timers_fired != fired_before ||
+                      !deferred_.empty() || !pass_end_.empty();
   run_deferred_and_pass_end();
   account(poll_start, poll_end, clock_.now(), worked);
+  if (pass_mutex_) pass_mutex_->unlock();
 }
 
 void Reactor::run_deferred_and_pass_end() {
@@ -302,8 +344,7 @@ void Reactor::account(Nanos poll_start, Nanos poll_end, Nanos pass_end, bool wor
   last_pass_end_ = pass_end;
   if (prev_end <= 0 || pass_end <= prev_end) return;
   const Nanos since = pass_end - prev_end;
-  const Nanos busy =
-      std::max<Nanos>(poll_start - prev_end, 0) + (worked ? pass_end - poll_end : 0);
+  const Nanos busy = std::max<Nanos>(poll_start - prev_end, 0) + (worked ? pass_end - poll_end : 0);
   constexpr double kWindow = 200.0 * kMicro;
   const double alpha = std::min(1.0, double(since) / kWindow);
   busy_ += alpha * (std::min(double(busy) / double(since), 1.0) - busy_);

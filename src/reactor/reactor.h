@@ -56,6 +56,25 @@ class PassEndHandler {
   bool pass_end_queued_ = false;
 };
 
+// Runs at the start of every pass, right after the poll: drains lists other threads fill
+// without a lock (a shared connection's send-lists on its owner, completion lists on a
+// poller). Returns true when it found work, which counts as an event for hybrid polling.
+class PassHook {
+ public:
+  virtual ~PassHook() = default;
+  virtual bool on_pass() = 0;
+};
+
+// Asked right before the reactor blocks: before_sleep() publishes "asleep" (other threads
+// then wake() it) and returns false if work arrived meanwhile, so the reactor polls instead.
+// after_sleep() withdraws it. Both run on the reactor's thread.
+class SleepGuard {
+ public:
+  virtual ~SleepGuard() = default;
+  virtual bool before_sleep() = 0;
+  virtual void after_sleep() = 0;
+};
+
 // How a reactor waits for events (--poll).
 enum class PollMode : uint8_t {
   kOff,       // always sleep in epoll (a cross-core wake-up costs ~25-30 us here)
@@ -69,8 +88,8 @@ struct ReactorStats {
   uint64_t wakeups = 0;  // epoll_pwait2 calls that returned events or fired timers
   uint64_t polls = 0;    // epoll_pwait2 calls
   uint64_t timers_fired = 0;
-  uint64_t sleeps = 0;  // polls that could block (a timeout other than zero)
-  uint64_t spins = 0;   // zero-timeout polls by hybrid polling's choice that found nothing
+  uint64_t sleeps = 0;      // polls that could block (a timeout other than zero)
+  uint64_t spins = 0;       // zero-timeout polls by hybrid polling's choice that found nothing
   Histogram timer_late_ns;  // how long after its deadline each timer fired
 };
 
@@ -112,11 +131,28 @@ class Reactor {
   // back to 0 on an idle reactor is a stuck command.
   void set_poll(PollMode mode, Nanos max_spin);
   PollMode poll_mode() const { return poll_mode_; }
-  void add_outstanding(int64_t delta) { outstanding_ += delta; }
+  // Work handed to a peer: when it ends an idle spell (nothing was outstanding), adaptive
+  // polling counts its spin window from this pass, as if an event had just arrived, so a
+  // host that submits from a timer or after a quiet spell spins for the answer.
+  void add_outstanding(int64_t delta) {
+    if (delta > 0 && outstanding_ <= 0 && pass_start_ > last_event_) last_event_ = pass_start_;
+    outstanding_ += delta;
+  }
   int64_t outstanding() const { return outstanding_; }
 
   // Thread-safe: runs `fn` on the reactor's thread soon (wakes it if asleep).
   void post(std::function<void()> fn);
+  // Thread-safe: ends a blocking wait (or the next one) at once; one eventfd write.
+  void wake();
+
+  // Pass hooks run in the order added, on this reactor's thread.
+  void add_pass_hook(PassHook* h);
+  void remove_pass_hook(PassHook* h);
+  void set_sleep_guard(SleepGuard* g) { sleep_guard_ = g; }
+  // A mutex held from the end of each wait until the pass is done (hooks, events, timers,
+  // deferred work, pass ends): threads that take it may touch what the pass touches
+  // (the lock-based shared connection).
+  void set_pass_mutex(std::mutex* m) { pass_mutex_ = m; }
 
   // Runs until stop(), polling as set_poll() says.
   void run();
@@ -147,6 +183,7 @@ class Reactor {
   void heap_down(int i);
   void heap_remove(int i);
   void fire_timers();
+  int wait_events(Nanos wait, const timespec& ts);
   void drain_mailbox();
   void run_deferred_and_pass_end();
   void account(Nanos poll_start, Nanos poll_end, Nanos pass_end, bool worked);
@@ -158,12 +195,16 @@ class Reactor {
   std::vector<Timer*> heap_;
   std::vector<std::function<void()>> deferred_, deferred_running_;
   std::vector<PassEndHandler*> pass_end_, pass_end_running_;
+  std::vector<PassHook*> pass_hooks_;
+  SleepGuard* sleep_guard_ = nullptr;
+  std::mutex* pass_mutex_ = nullptr;
   double busy_ = 0;
   Nanos last_pass_end_ = 0;
   PollMode poll_mode_ = PollMode::kOff;
   Nanos max_spin_ = 50 * kMicro;
   int64_t outstanding_ = 0;
-  Nanos last_event_ = 0;
+  Nanos last_event_ = 0;     // the last pass with events (or that submitted after a quiet spell)
+  Nanos pass_start_ = 0;     // when the current pass's poll returned
   double event_gap_ns_ = 0;  // EWMA of the time between passes that had events
   std::mutex mailbox_mu_;
   std::vector<std::function<void()>> mailbox_, mailbox_running_;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "storage/device.h"
 
@@ -18,6 +19,21 @@ const uint8_t* zero_region();
 std::unique_ptr<Device> open_ram(uint64_t size, bool read_only, std::string* error);
 std::unique_ptr<Device> open_null(uint64_t size, bool read_only);
 std::unique_ptr<Device> open_file(const std::string& path, bool read_only, std::string* error);
+
+// "rbd:POOL/IMAGE[,conf=PATH][,id=NAME][,timeout=S][,op_timeout=S][,qd=N]", parsed.
+struct RbdSpec {
+  std::string pool, image;
+  std::string conf;  // ceph.conf; empty: librados' search ($CEPH_CONF, /etc/ceph/ceph.conf, ...)
+  std::string id;    // the cephx user without "client."; empty: librados' default (admin)
+  unsigned timeout_s = 10;     // client_mount_timeout and rados_mon_op_timeout (Ceph: 300, 0)
+  unsigned op_timeout_s = 30;  // rados_osd_op_timeout (Ceph: 0, wait forever)
+  unsigned qd = 128;           // librbd requests in flight per queue (reactor); more wait
+};
+// `rest` is what follows "rbd:". False and *error (naming the spec) when it is malformed.
+bool parse_rbd_spec(std::string_view rest, RbdSpec* out, std::string* error);
+// Whether this build has the RBD backend (librbd was found when it was configured).
+bool rbd_supported();
+std::unique_ptr<Device> open_rbd(const RbdSpec& spec, bool read_only, std::string* error);
 
 // Checks a request's range and alignment against a device; returns 0 or -errno.
 int check_request(const Request& req, uint64_t device_size, uint32_t block_size, bool read_only);

@@ -10,7 +10,9 @@ namespace sens::storage {
 namespace {
 
 constexpr uint32_t kMemoryBlockSize = 512;
-constexpr const char* kSpecHelp = "expected ram:SIZE, null:SIZE or file:PATH";
+constexpr const char* kSpecHelp = "expected ram:SIZE, null:SIZE, file:PATH or rbd:POOL/IMAGE";
+constexpr const char* kNoRbd =
+    "this sens was built without librbd (install librbd-dev and librados-dev, then rebuild)";
 
 // Parses the SIZE of "ram:SIZE" / "null:SIZE" with every way it can be wrong named.
 bool parse_memory_size(std::string_view kind, std::string_view text, uint64_t* size,
@@ -62,6 +64,12 @@ std::string check_spec(std::string_view spec) {
     return error;
   }
   if (kind == "file") return rest.empty() ? "file: missing path (e.g. file:/dev/nvme0n1)" : "";
+  if (kind == "rbd") {
+    RbdSpec rbd;
+    if (!parse_rbd_spec(rest, &rbd, &error)) return error;
+    if (!rbd_supported()) return std::string(spec) + ": " + kNoRbd;
+    return "";
+  }
   if (spec.empty()) return std::string("empty namespace spec (") + kSpecHelp + ")";
   return "unknown namespace kind '" + std::string(kind) + "' (" + kSpecHelp + ")";
 }
@@ -85,6 +93,15 @@ std::unique_ptr<Device> Device::open(std::string_view spec, std::string* error, 
       return nullptr;
     }
     return open_file(std::string(rest), read_only, error);
+  }
+  if (kind == "rbd") {
+    RbdSpec rbd;
+    if (!parse_rbd_spec(rest, &rbd, error)) return nullptr;
+    if (!rbd_supported()) {
+      *error = std::string(spec) + ": " + kNoRbd;
+      return nullptr;
+    }
+    return open_rbd(rbd, read_only, error);
   }
   if (spec.empty()) {
     *error = std::string("empty namespace spec (") + kSpecHelp + ")";

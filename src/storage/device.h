@@ -65,8 +65,10 @@ class Device {
  public:
   virtual ~Device() = default;
 
-  // "ram:SIZE", "null:SIZE" or "file:PATH" (a regular file or a block device). Returns nullptr
-  // and sets *error on a bad spec or an unusable file.
+  // "ram:SIZE", "null:SIZE", "file:PATH" (a regular file or a block device) or
+  // "rbd:POOL/IMAGE[,conf=PATH][,id=NAME][,timeout=S][,op_timeout=S][,qd=N]" (a Ceph RBD image
+  // through librbd). Returns nullptr and sets *error on a bad spec or an unusable file, an
+  // unreachable cluster, a missing pool or image.
   static std::unique_ptr<Device> open(std::string_view spec, std::string* error,
                                       bool read_only = false);
 
@@ -79,6 +81,15 @@ class Device {
   // Whether a block reads as zeroes after kDiscard, always (what NVMe's DLFEAT reports). When
   // false, a discarded block may read as its old data or anything else.
   virtual bool discard_zeroes() const { return false; }
+
+  // An identity of the data itself, the same from every machine that opens it (an RBD image:
+  // derived from the cluster fsid, pool id and image id), as the namespace's NGUID and UUID.
+  // False when the device has none (the target then derives them from the NQN and NSID).
+  virtual bool stable_identity(uint8_t nguid[16], uint8_t uuid[16]) const {
+    (void)nguid;
+    (void)uuid;
+    return false;
+  }
 
   // A queue for one thread, with up to `depth` requests in the device at once (more wait).
   virtual std::unique_ptr<Queue> make_queue(unsigned depth) = 0;

@@ -14,6 +14,8 @@ namespace st = nvme::status;
 namespace {
 
 constexpr uint8_t kLogCommandEffects = 0x05;
+constexpr uint8_t kLogAna = 0x0C;
+constexpr uint8_t kFeatureHostId = 0x81;
 constexpr uint32_t kLogPageMax = 64 * 1024;  // the longest page a host may ask for
 
 // Features a host may set and read back that need no action from this target.
@@ -40,7 +42,7 @@ uint64_t log_offset(const nvme::Sqe& s) {
 }
 
 void identify(CommandQueue& q, Request& r) {
-  uint32_t sgl_len = r.sqe.sgl.length;  // (a copy: the SQE is packed)
+  uint32_t sgl_len = r.sqe.sgl.length;               // (a copy: the SQE is packed)
   uint32_t len = std::min<uint32_t>(sgl_len, 4096);  // a shorter buffer gets the start
   uint8_t cns = uint8_t(r.sqe.cdw10 & 0xFF);
   std::memset(r.buf, 0, 4096);
@@ -58,7 +60,9 @@ void identify(CommandQueue& q, Request& r) {
       // DLFEAT: deallocated blocks read as zeroes only where the device guarantees it; Write
       // Zeroes never deallocates in a way a read could tell.
       id.dlfeat = ns->device->discard_zeroes() ? (0x01 | 0x08) : 0x00;
-      id.nmic = 0;
+      id.nmic = 1;  // may be attached to several controllers (every gateway, every host)
+      id.rescap = resv::kRescap;
+      id.anagrpid = ns->anagrpid;
       std::memcpy(id.nguid, ns->nguid, 16);
       std::memcpy(id.eui64, ns->nguid, 8);
       break;
@@ -71,11 +75,21 @@ void identify(CommandQueue& q, Request& r) {
       nvme::copy_padded(id.mn, sizeof(id.mn), sub->discovery ? "sens discovery" : "sens");
       nvme::copy_padded(id.fr, sizeof(id.fr), "0.1");
       id.rab = 6;
-      id.cmic = 0;
+      // Several controllers may share the subsystem's namespaces (bit 1), which report ANA
+      // (bit 3): the Linux host then builds one multipath device over every gateway.
+      id.cmic = sub->discovery ? 0 : (1u << 1) | (1u << 3);
       id.mdts = uint8_t(__builtin_ctz(cfg.max_io) - 12);  // in units of CAP.MPSMIN (4 KiB)
       id.cntlid = q.controller()->cntlid;
       id.ver = kNvmeVersion;
-      id.oaes = 1u << 8;  // namespace attribute notices
+      id.oaes = (1u << 8) | (sub->discovery ? 0 : 1u << 11);  // ns attribute, ANA change
+      if (!sub->discovery) {
+        id.anatt = 10;  // seconds a group may stay in the change state
+        // optimized, non-optimized, inaccessible, persistent loss, change; ANAGRPID fixed
+        id.anacap = 0x1F | (1u << 6);
+        id.anagrpmax = ana::kMaxGroups;
+        id.nanagrpid = ana::kMaxGroups;
+        id.mnan = uint32_t(sub->namespaces.size());
+      }
       id.cntrltype = sub->discovery ? 2 : 1;
       id.aerl = kAerLimit - 1;
       id.lpa = (1u << 1) | (1u << 2);  // Commands Supported and Effects; extended data
@@ -85,7 +99,7 @@ void identify(CommandQueue& q, Request& r) {
       id.cqes = 0x44;
       id.maxcmd = uint16_t(cfg.queue_size);
       id.nn = uint32_t(sub->namespaces.size());
-      id.oncs = (1u << 2) | (1u << 3);  // Dataset Management, Write Zeroes
+      id.oncs = (1u << 2) | (1u << 3) | (1u << 5);  // DSM, Write Zeroes, reservations
       id.vwc = sub->volatile_cache ? 1 : 0;
       id.sgls = (1u << 0) | (1u << 20);  // SGLs; offsets in in-capsule data blocks
       nvme::copy_padded(id.subnqn, sizeof(id.subnqn), sub->nqn, '\0');
@@ -138,6 +152,7 @@ size_t command_effects(uint8_t* page) {
   iocs[nvme::io_op::kRead] = 1;
   for (uint8_t op : {nvme::io_op::kWrite, nvme::io_op::kWriteZeroes, nvme::io_op::kDatasetMgmt})
     iocs[op] = 1 | 2;
+  for (uint8_t op : {resv::kRegister, resv::kReport, resv::kAcquire, resv::kRelease}) iocs[op] = 1;
   return 4096;
 }
 
@@ -158,14 +173,14 @@ size_t discovery_log(CommandQueue& q, uint8_t* page, size_t room) {
     e.trtype = nvme::kTrtypeTcp;
     e.adrfam = addr.find(':') != std::string::npos ? nvme::kAdrfamIpv6 : nvme::kAdrfamIpv4;
     e.subtype = subtype;
-    e.treq = nvme::kTreqNotRequired;
+    e.treq = b.tls ? nvme::kTreqRequired : nvme::kTreqNotRequired;
     e.portid = portid;
     e.cntlid = 0xFFFF;
     e.asqsz = uint16_t(ctx.config.queue_size);
     nvme::copy_padded(e.trsvcid, sizeof(e.trsvcid), std::to_string(b.port), ' ');
     nvme::copy_padded(e.subnqn, sizeof(e.subnqn), nqn, '\0');
     nvme::copy_padded(e.traddr, sizeof(e.traddr), addr, ' ');
-    e.tsas[0] = 0;  // no security
+    e.tsas[0] = b.tls ? nvme::kTcpSectypeTls13 : 0;  // SECTYPE: TLS 1.3, or none
   };
   for (size_t i = 0; i < bound.size(); ++i) {
     if (bound[i].discovery) {
@@ -180,6 +195,44 @@ size_t discovery_log(CommandQueue& q, uint8_t* page, size_t room) {
   hdr.numrec = n;
   hdr.recfmt = 0;
   return 1024 * (n + 1);
+}
+
+// Asymmetric Namespace Access (0Ch, NVMe Base 2.0 5.16.1.13): a 16-byte header (change
+// count, group count), then per ANA group with namespaces one 32-byte descriptor (group id,
+// namespace count, change count, state) and, unless RGO, the group's nsids. Only what fits
+// in `room` is written; the length returned is the page's whole length.
+size_t ana_log(CommandQueue& q, uint8_t* page, size_t room, bool rgo) {
+  Subsystem* sub = q.subsystem();
+  AnaPort* ana = q.controller()->ana;
+  auto put = [&](size_t at, const void* v, size_t n) {
+    if (at + n <= room) std::memcpy(page + at, v, n);
+  };
+  uint64_t chgcnt = ana->change_count();
+  put(0, &chgcnt, 8);
+  uint16_t groups = 0;
+  size_t at = 16;
+  for (uint32_t g = 1; g <= ana::kMaxGroups; ++g) {
+    uint32_t n = 0;
+    for (auto& ns : sub->namespaces) n += ns->anagrpid == g;
+    if (n == 0) continue;
+    ++groups;
+    uint32_t listed = rgo ? 0 : n;
+    uint64_t gcnt = ana->group_change_count(g);
+    uint8_t state = ana->state(g);
+    put(at, &g, 4);
+    put(at + 4, &listed, 4);
+    put(at + 8, &gcnt, 8);
+    put(at + 16, &state, 1);
+    at += 32;
+    if (rgo) continue;
+    for (auto& ns : sub->namespaces)
+      if (ns->anagrpid == g) {
+        put(at, &ns->nsid, 4);
+        at += 4;
+      }
+  }
+  put(8, &groups, 2);
+  return at;
 }
 
 void get_log_page(CommandQueue& q, Request& r) {
@@ -218,6 +271,14 @@ void get_log_page(CommandQueue& q, Request& r) {
     case nvme::log_page::kChangedNs:
       page_len = 4096;
       break;
+    case kLogAna: {
+      if (q.subsystem()->discovery) return q.complete(r, st::kInvalidLogPage);
+      bool rgo = (r.sqe.cdw10 >> 8) & 1;  // LSP bit 0: return groups only
+      page_len = ana_log(q, r.buf, room, rgo);
+      // RAE clear: the host has read the change; the next one may be notified.
+      if (!(r.sqe.cdw10 & (1u << 15)) && ctrl.ana_event_masked.exchange(false)) q.deliver_events();
+      break;
+    }
     case kLogCommandEffects:
       if (q.subsystem()->discovery) return q.complete(r, st::kInvalidLogPage);
       page_len = command_effects(r.buf);
@@ -250,7 +311,10 @@ void set_features(CommandQueue& q, Request& r) {
     }
     case nvme::feature::kAsyncEventConfig:
       ctrl.async_event_config = v;
-      return q.complete(r, st::kSuccess);
+      q.complete(r, st::kSuccess);
+      return q.deliver_events();  // a change already pending, now enabled
+    case kFeatureHostId:          // over Fabrics the host ID is the one of Connect
+      return q.complete(r, st::kCmdSeqError);
     case nvme::feature::kKeepAliveTimer:
       ctrl.kato_ms = v;
       q.keep_alive_changed();
@@ -275,6 +339,14 @@ void get_features(CommandQueue& q, Request& r) {
       return q.complete(r, st::kSuccess, ctrl.kato_ms);
     case nvme::feature::kVolatileWriteCache:
       return q.complete(r, st::kSuccess, q.subsystem()->volatile_cache ? 1 : 0);
+    case kFeatureHostId: {
+      // 128-bit host identifiers only (EXHID, CDW11 bit 0); 16 bytes of data.
+      if (!(r.sqe.cdw11 & 1) || !r.buf) return q.complete(r, st::kInvalidField);
+      std::memset(r.buf, 0, 16);
+      std::memcpy(r.buf, ctrl.hostid, 16);
+      uint32_t sgl_len = r.sqe.sgl.length;
+      return q.send_data(r, r.buf, std::min<uint32_t>(sgl_len, 16));
+    }
     default:
       return q.complete(r, settable_feature(fid) ? st::kSuccess : st::kInvalidField, 0);
   }
@@ -311,8 +383,17 @@ Plan plan(CommandQueue& q, Request& r) {
         p.buffer_bytes = uint32_t(std::max<uint64_t>(offset + len, 4096));
       return p;
     }
-    case nvme::admin_op::kSetFeatures:
     case nvme::admin_op::kGetFeatures:
+      if ((s.cdw10 & 0xFF) == kFeatureHostId) {
+        if (s.sgl.type != nvme::kSglTransportDataBlock)
+          p.status = st::kSglInvalidType;
+        else if (s.sgl.length < 16 || s.sgl.length > 4096)
+          p.status = st::kSglInvalidDataLength;
+        else
+          p.buffer_bytes = 4096;
+      }
+      return p;
+    case nvme::admin_op::kSetFeatures:
     case nvme::admin_op::kAsyncEvent:
     case nvme::admin_op::kKeepAlive:
     case nvme::admin_op::kAbort:

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "storage/device.h"
 #include "target/request.h"
@@ -13,11 +14,12 @@
 namespace sens::target {
 
 class ReactorContext;
+class DhchapSession;
 
 class CommandQueue {
  public:
-  explicit CommandQueue(ReactorContext& ctx) : ctx_(ctx) {}
-  virtual ~CommandQueue() = default;
+  explicit CommandQueue(ReactorContext& ctx);
+  virtual ~CommandQueue();
 
   ReactorContext& ctx() { return ctx_; }
   uint16_t qid() const { return qid_; }
@@ -25,6 +27,8 @@ class CommandQueue {
   Subsystem* subsystem() const { return subsystem_; }
   Controller* controller() const { return ctrl_.get(); }
   QueueCounters& counters() { return counters_; }
+  // DH-HMAC-CHAP on this queue (null: the host has no key).
+  DhchapSession* dhchap() const { return dhchap_.get(); }
 
   // The transport.
   // Sends `len` bytes of `data` to the host (controller-to-host data), then the response.
@@ -40,17 +44,38 @@ class CommandQueue {
   // Fabrics.
   virtual uint64_t connection_id() const = 0;  // how the reactor finds this queue
   // Connect accepted: the queue now belongs to `ctrl` as queue `qid`.
+  // With `auth` (the host has a key) commands other than AUTH_Send/AUTH_Receive (and
+  // Disconnect) fail with Authentication Required until on_authenticated(true).
   virtual void on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
-                            uint32_t sq_entries, bool sq_flow_disabled) = 0;
+                            uint32_t sq_entries, bool sq_flow_disabled, const HostAuth* auth) = 0;
+  // An exchange ended: the host authenticated, or failed (the queue loses access).
+  virtual void on_authenticated(bool ok) = 0;
   // Disconnect: answers `r`, then closes once the response has left.
   virtual void disconnect(Request& r) = 0;
   // Whether the host reached the target through a discovery-only listener.
   virtual bool via_discovery_listener() const = 0;
+  // The TLS PSK identity the host used (null: plain TCP). Connect checks its NQNs.
+  virtual const std::string* tls_identity() const = 0;
   // The local address the host connected to (what a discovery log should advertise).
   virtual const std::string& local_address() const = 0;
   // Admin.
   virtual void keep_alive_changed() = 0;  // Set Features KATO
   virtual bool park_aer(Request& r) = 0;  // false: the AER limit is reached
+  // The ANA view of the listener this queue came in on (null: a discovery listener).
+  virtual AnaPort* ana_port() const = 0;
+  // Completes an outstanding AER with an event the controller has pending, if the host
+  // enabled it (on this queue's thread; Target::notify_ana_change posts it here).
+  virtual void deliver_events() = 0;
+
+  // What this host may do on `ns` under its reservations (resv::kMayRead | kMayWrite); one
+  // atomic load while no reservation is held, else a cache checked against the version.
+  uint8_t reservation_access(const Namespace& ns) {
+    if (!ns.reservations.held()) return resv::kMayRead | resv::kMayWrite;
+    auto& c = resv_cache_[ns.nsid - 1];
+    if (c.version != ns.reservations.version())
+      c.allowed = const_cast<Reservations&>(ns.reservations).access(ctrl_->hostid, &c.version);
+    return c.allowed;
+  }
 
  protected:
   ReactorContext& ctx_;
@@ -58,6 +83,12 @@ class CommandQueue {
   Subsystem* subsystem_ = nullptr;
   std::shared_ptr<Controller> ctrl_;
   QueueCounters counters_;
+  std::unique_ptr<DhchapSession> dhchap_;
+  struct ResvCache {
+    uint64_t version = 0;  // 0: never filled (versions start at 1)
+    uint8_t allowed = 0;
+  };
+  std::vector<ResvCache> resv_cache_;  // by nsid - 1; sized at Connect
 };
 
 // The command sets: plan() decides what a command needs before it runs (a buffer, data from
@@ -72,6 +103,10 @@ namespace admin {
 Plan plan(CommandQueue& q, Request& r);
 void execute(CommandQueue& q, Request& r);
 }  // namespace admin
+namespace dhchap {  // AUTH_Send, AUTH_Receive
+Plan plan(CommandQueue& q, Request& r);
+void execute(CommandQueue& q, Request& r);
+}  // namespace dhchap
 namespace nvm {
 Plan plan(CommandQueue& q, Request& r);
 void execute(CommandQueue& q, Request& r);

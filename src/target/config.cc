@@ -2,12 +2,15 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "auth/dhchap.h"
 #include "common/units.h"
 #include "storage/device.h"
+#include "target/ns_options.h"
 
 namespace sens::target {
 
@@ -20,7 +23,106 @@ void apply_defaults(TargetConfig& c) {
     if (s.namespaces.empty()) s.namespaces.push_back("ram:1G");
 }
 
-bool parse_listen(const std::string& text, ListenAddress* out, std::string* error) {
+namespace ana {
+
+const char* state_name(uint8_t state) {
+  switch (state) {
+    case kOptimized:
+      return "optimized";
+    case kNonOptimized:
+      return "non-optimized";
+    case kInaccessible:
+      return "inaccessible";
+    case kPersistentLoss:
+      return "persistent-loss";
+    case kChange:
+      return "change";
+    default:
+      return "?";
+  }
+}
+
+bool parse_state(const std::string& text, uint8_t* state) {
+  for (uint8_t s : {kOptimized, kNonOptimized, kInaccessible, kPersistentLoss, kChange})
+    if (text == state_name(s)) {
+      *state = s;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace ana
+
+uint8_t ListenAddress::ana_for(uint32_t group) const {
+  for (auto& [g, s] : ana_groups)
+    if (g == group) return s;
+  return ana_state;
+}
+
+std::string listen_text(const ListenAddress& l) {
+  std::string t = l.host.find(':') != std::string::npos ? "[" + l.host + "]:" : l.host + ":";
+  t += std::to_string(l.port);
+  if (l.ana_state != ana::kOptimized) t += std::string(",ana=") + ana::state_name(l.ana_state);
+  for (auto& [g, s] : l.ana_groups) t += ",ana." + std::to_string(g) + "=" + ana::state_name(s);
+  return t;
+}
+
+// ",ana=STATE,ana.GROUP=STATE" after the address of a listener.
+static bool parse_listen_options(const std::string& text, const std::string& options,
+                                 ListenAddress* out, std::string* error) {
+  size_t start = 0;
+  while (start < options.size()) {
+    size_t comma = options.find(',', start);
+    std::string item =
+        options.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? options.size() : comma + 1;
+    auto eq = item.find('=');
+    std::string key = item.substr(0, eq),
+                value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    uint8_t state = 0;
+    bool known_state = ana::parse_state(value, &state);
+    if (key == "ana") {
+      if (!known_state) {
+        *error = "listen address '" + text + "': ana='" + value +
+                 "' is not optimized, non-optimized, inaccessible, persistent-loss or change";
+        return false;
+      }
+      out->ana_state = state;
+    } else if (key.rfind("ana.", 0) == 0) {
+      char* end = nullptr;
+      std::string num = key.substr(4);
+      unsigned long g = std::strtoul(num.c_str(), &end, 10);
+      if (num.empty() || *end != '\0' || g < 1 || g > ana::kMaxGroups) {
+        *error = "listen address '" + text + "': '" + key + "': the ANA group must be 1.." +
+                 std::to_string(ana::kMaxGroups);
+        return false;
+      }
+      if (!known_state) {
+        *error = "listen address '" + text + "': " + key + "='" + value +
+                 "' is not optimized, non-optimized, inaccessible, persistent-loss or change";
+        return false;
+      }
+      for (auto& [og, os] : out->ana_groups)
+        if (og == g) {
+          *error = "listen address '" + text + "': " + key + " given twice";
+          return false;
+        }
+      out->ana_groups.push_back({uint32_t(g), state});
+    } else {
+      *error = "listen address '" + text + "': unknown option '" + item +
+               "' (ana=STATE, ana.GROUP=STATE)";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool parse_listen(const std::string& full, ListenAddress* out, std::string* error) {
+  std::string text = full, options;
+  if (auto comma = full.find(','); comma != std::string::npos) {
+    text = full.substr(0, comma);
+    options = full.substr(comma + 1);
+  }
   std::string host, port;
   if (!text.empty() && text[0] == '[') {
     auto close = text.find(']');
@@ -52,7 +154,53 @@ bool parse_listen(const std::string& text, ListenAddress* out, std::string* erro
   }
   out->host = host;
   out->port = uint16_t(p);
+  out->ana_state = ana::kOptimized;
+  out->ana_groups.clear();
+  return parse_listen_options(full, options, out, error);
+}
+
+bool parse_host_key(const std::string& text, std::pair<std::string, std::string>* out,
+                    std::string* error) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+    *error = "expected NQN=DHHC-1:xx:...: (a host NQN, '=', its secret)";
+    return false;
+  }
+  *out = {text.substr(0, eq), text.substr(eq + 1)};
   return true;
+}
+
+template <class Parse>
+static bool parse_id_list(const std::string& text, std::vector<uint8_t>* out, Parse parse,
+                          const char* what, std::string* error) {
+  out->clear();
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    uint8_t id = 0;
+    if (!parse(item, &id)) {
+      *error = "'" + item + "' is not " + what;
+      return false;
+    }
+    if (std::find(out->begin(), out->end(), id) == out->end()) out->push_back(id);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return true;
+}
+
+bool parse_hash_list(const std::string& text, std::vector<uint8_t>* out, std::string* error) {
+  return parse_id_list(
+      text, out, [](const std::string& s, uint8_t* id) { return auth::parse_hash(s, id); },
+      "a DH-HMAC-CHAP hash (sha256, sha384, sha512)", error);
+}
+
+bool parse_dhgroup_list(const std::string& text, std::vector<uint8_t>* out, std::string* error) {
+  return parse_id_list(
+      text, out, [](const std::string& s, uint8_t* id) { return auth::parse_dh_group(s, id); },
+      "a DH group (null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192)", error);
 }
 
 static bool valid_nqn(const std::string& nqn) {
@@ -73,12 +221,45 @@ std::string validate(const TargetConfig& c) {
     if (s.namespaces.size() > 1024)
       return "subsystem '" + s.nqn + "' has more than 1024 namespaces";
     for (auto& ns : s.namespaces) {
-      std::string err = storage::check_spec(ns);
+      std::string err = check_namespace_spec(ns);
       if (!err.empty()) return "namespace '" + ns + "': " + err;
     }
     for (auto& h : s.allowed_hosts)
       if (!valid_nqn(h)) return "allowed host '" + h + "' is not an NQN (nqn.…)";
+    // Secrets are checked here so that a typo stops the target at start; errors name the
+    // host, never the secret.
+    for (auto* keys : {&s.host_keys, &s.ctrl_keys}) {
+      const char* kind = keys == &s.host_keys ? "host key" : "controller key";
+      std::set<std::string> hosts;
+      for (auto& [host, secret] : *keys) {
+        if (!valid_nqn(host)) return std::string(kind) + " for '" + host + "': not an NQN";
+        if (!hosts.insert(host).second)
+          return std::string(kind) + " for '" + host + "' given twice";
+        std::string why;
+        if (!auth::parse_secret(secret, &why))
+          return std::string(kind) + " for '" + host + "' of '" + s.nqn + "': " + why;
+      }
+    }
+    for (auto& ctrl_key : s.ctrl_keys) {
+      const std::string& host = ctrl_key.first;
+      bool has_host_key = std::any_of(s.host_keys.begin(), s.host_keys.end(),
+                                      [&](auto& k) { return k.first == host; });
+      if (!has_host_key)
+        return "controller key for '" + host +
+               "' without a host key: the host must authenticate first (--host-key)";
+    }
   }
+  if (!c.tls_listen.empty() && c.tls_psk_file.empty())
+    return "--tls-listen needs --tls PSKFILE (the PSKs in interchange format)";
+  if (c.tls_listen.empty() && !c.tls_psk_file.empty())
+    return "--tls PSKFILE needs a --tls-listen ADDR:PORT to serve TLS on";
+  for (auto& t : c.tls_listen)
+    for (auto& l : c.listen)
+      if (t.port != 0 && t.host == l.host && t.port == l.port)
+        return "listen address " + t.host + ":" + std::to_string(t.port) +
+               " is both a TLS and a plain listener";
+  if (c.dhchap_hashes.empty()) return "--dhchap-hash: no hash function left";
+  if (c.dhchap_dhgroups.empty()) return "--dhchap-dhgroup: no DH group left";
   if (c.inline_data % 16 != 0 || c.inline_data > 1024 * 1024)
     return "--inline-data must be a multiple of 16 and at most 1 MiB";
   if (c.max_h2c_data < 4096 || c.max_h2c_data % 4 != 0 || c.max_h2c_data > 16 * 1024 * 1024)
@@ -201,8 +382,34 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
             if (!json_strings(v2, "namespaces", &sc.namespaces, error)) return false;
           } else if (k2 == "allowed_hosts") {
             if (!json_strings(v2, "allowed_hosts", &sc.allowed_hosts, error)) return false;
+          } else if (k2 == "host_keys" || k2 == "ctrl_keys") {
+            if (!v2.is_object()) {
+              *error = "subsystem key '" + k2 + "': expected {\"host NQN\": \"DHHC-1:...\"}";
+              return false;
+            }
+            auto& keys = k2 == "host_keys" ? sc.host_keys : sc.ctrl_keys;
+            for (auto& [host, secret] : v2.items()) {
+              if (!secret.is_string()) {
+                *error = "subsystem key '" + k2 + "', host '" + host + "': expected a string";
+                return false;
+              }
+              keys.push_back({host, secret.get<std::string>()});
+            }
+          } else if (k2 == "dhchap_hashes" || k2 == "dhchap_dhgroups") {
+            std::vector<std::string> items;
+            if (!json_strings(v2, k2, &items, error)) return false;
+            std::string joined, why;
+            for (auto& i : items) joined += (joined.empty() ? "" : ",") + i;
+            bool ok = k2 == "dhchap_hashes" ? parse_hash_list(joined, &sc.dhchap_hashes, &why)
+                                            : parse_dhgroup_list(joined, &sc.dhchap_dhgroups, &why);
+            if (!ok || items.empty()) {
+              *error = "subsystem key '" + k2 + "': " + (items.empty() ? "empty list" : why);
+              return false;
+            }
           } else {
-            *error = "unknown subsystem key '" + k2 + "' (nqn, namespaces, allowed_hosts)";
+            *error = "unknown subsystem key '" + k2 +
+                     "' (nqn, namespaces, allowed_hosts, host_keys, ctrl_keys, dhchap_hashes, "
+                     "dhchap_dhgroups)";
             return false;
           }
         }
@@ -242,6 +449,14 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
     } else if (key == "buffer_pool") {
       if (!json_size(v, key, &n, error)) return false;
       c->buffer_pool = n;
+    } else if (key == "receive_budget") {
+      if (!json_size(v, key, &n, error)) return false;
+      c->receive_budget = n;
+    } else if (key == "buffers") {
+      if (!v.is_string() || !buffers::parse_layout(v.get<std::string>(), &c->buffers)) {
+        *error = "config key 'buffers': expected \"naive\" or \"tyche\"";
+        return false;
+      }
     } else if (key == "coalesce") {
       if (!v.is_object()) {
         *error = "config key 'coalesce': expected an object";
@@ -275,6 +490,33 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
           return false;
         }
       }
+    } else if (key == "dhchap_hashes" || key == "dhchap_dhgroups") {
+      std::vector<std::string> items;
+      if (!json_strings(v, key, &items, error)) return false;
+      std::string joined;
+      for (auto& i : items) joined += (joined.empty() ? "" : ",") + i;
+      std::string why;
+      bool ok = key == "dhchap_hashes" ? parse_hash_list(joined, &c->dhchap_hashes, &why)
+                                       : parse_dhgroup_list(joined, &c->dhchap_dhgroups, &why);
+      if (!ok || items.empty()) {
+        *error = "config key '" + key + "': " + (items.empty() ? "empty list" : why);
+        return false;
+      }
+    } else if (key == "tls_listen") {
+      std::vector<std::string> items;
+      if (!json_strings(v, key, &items, error)) return false;
+      c->tls_listen.clear();
+      for (auto& s : items) {
+        ListenAddress a;
+        if (!parse_listen(s, &a, error)) return false;
+        c->tls_listen.push_back(a);
+      }
+    } else if (key == "tls_psk_file") {
+      if (!v.is_string()) {
+        *error = "config key 'tls_psk_file': expected a path";
+        return false;
+      }
+      c->tls_psk_file = v.get<std::string>();
     } else if (key == "stats_json") {
       if (!v.is_string()) {
         *error = "config key 'stats_json': expected a path";
@@ -292,15 +534,29 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
 std::string to_json_text(const TargetConfig& c) {
   json j;
   j["listen"] = json::array();
-  for (auto& l : c.listen)
-    j["listen"].push_back(l.host.find(':') != std::string::npos
-                              ? "[" + l.host + "]:" + std::to_string(l.port)
-                              : l.host + ":" + std::to_string(l.port));
+  for (auto& l : c.listen) j["listen"].push_back(listen_text(l));
   j["discovery_port"] = c.discovery_port;
+  if (!c.tls_listen.empty()) {
+    j["tls_listen"] = json::array();
+    for (auto& l : c.tls_listen) j["tls_listen"].push_back(listen_text(l));
+    j["tls_psk_file"] = c.tls_psk_file;
+  }
   j["subsystems"] = json::array();
-  for (auto& s : c.subsystems)
-    j["subsystems"].push_back(
-        {{"nqn", s.nqn}, {"namespaces", s.namespaces}, {"allowed_hosts", s.allowed_hosts}});
+  for (auto& s : c.subsystems) {
+    json sub = {{"nqn", s.nqn}, {"namespaces", s.namespaces}, {"allowed_hosts", s.allowed_hosts}};
+    // The dump names which hosts have keys, never the keys.
+    for (auto* keys : {&s.host_keys, &s.ctrl_keys})
+      for (auto& [host, secret] : *keys)
+        sub[keys == &s.host_keys ? "host_keys" : "ctrl_keys"][host] = "(secret)";
+    for (uint8_t h : s.dhchap_hashes) sub["dhchap_hashes"].push_back(auth::hash_name(h));
+    for (uint8_t g : s.dhchap_dhgroups) sub["dhchap_dhgroups"].push_back(auth::dh_group_name(g));
+    j["subsystems"].push_back(sub);
+  }
+  std::vector<std::string> hashes, groups;
+  for (uint8_t h : c.dhchap_hashes) hashes.push_back(auth::hash_name(h));
+  for (uint8_t g : c.dhchap_dhgroups) groups.push_back(auth::dh_group_name(g));
+  j["dhchap_hashes"] = hashes;
+  j["dhchap_dhgroups"] = groups;
   j["inline_data"] = c.inline_data;
   j["max_h2c_data"] = c.max_h2c_data;
   j["max_io"] = c.max_io;
@@ -312,6 +568,8 @@ std::string to_json_text(const TargetConfig& c) {
   j["sock_buf"] = c.sock_buf;
   j["max_connections"] = c.max_connections;
   j["buffer_pool"] = c.buffer_pool;
+  j["buffers"] = buffers::layout_name(c.buffers);
+  j["receive_budget"] = c.receive_budget;
   j["coalesce"] = {
       {"policy", coalesce::policy_name(c.coalesce.policy)},  {"pg_pdus", c.coalesce.pdus},
       {"pg_timeout_us", c.coalesce.timeout / kMicro},        {"ctrl_pdus", c.coalesce.ctrl_pdus},

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "buffers/buffer_pool.h"
 #include "coalesce/scheduler.h"
 #include "reactor/reactor.h"
 
@@ -11,32 +12,66 @@ namespace sens::target {
 
 struct SubsystemConfig {
   std::string nqn;
-  std::vector<std::string> namespaces;     // "ram:1G", "file:/path", "null:1G"
-  std::vector<std::string> allowed_hosts;  // empty: any host
+  std::vector<std::string> namespaces;     // "ram:1G", "file:/path", "null:1G", "rbd:pool/image"
+  std::vector<std::string> allowed_hosts;  // empty: any host (but see host_keys)
+  // DH-HMAC-CHAP secrets ("DHHC-1:xx:...:") per host NQN: a host with a key must
+  // authenticate, and is on the allow-list. ctrl_keys: the controller's key for that host
+  // (bidirectional authentication, when the host asks for it).
+  std::vector<std::pair<std::string, std::string>> host_keys, ctrl_keys;
+  // Overrides of the target's dhchap_hashes / dhchap_dhgroups for this subsystem (empty: the
+  // target's).
+  std::vector<uint8_t> dhchap_hashes, dhchap_dhgroups;
 };
+
+// ANA (Asymmetric Namespace Access) states, as the ANA log page codes them (NVMe Base 2.0
+// 8.1.3): what a host reaching the namespaces of a group through a listener gets.
+namespace ana {
+inline constexpr uint8_t kOptimized = 0x01, kNonOptimized = 0x02, kInaccessible = 0x03,
+                         kPersistentLoss = 0x04, kChange = 0x0F;
+inline constexpr uint32_t kMaxGroups = 32;  // ANAGRPMAX = NANAGRPID; group ids 1..32
+// "optimized", "non-optimized", "inaccessible", "persistent-loss", "change".
+const char* state_name(uint8_t state);
+bool parse_state(const std::string& text, uint8_t* state);
+}  // namespace ana
 
 struct ListenAddress {
   std::string host;  // numeric IPv4/IPv6
   uint16_t port = 0;
+  // The ANA state of every group through this listener (ana=STATE), and per-group overrides
+  // (ana.GROUP=STATE). A host connected here sees these in the ANA log page.
+  uint8_t ana_state = ana::kOptimized;
+  std::vector<std::pair<uint32_t, uint8_t>> ana_groups;
+  // The state of `group` (1..kMaxGroups) through this listener.
+  uint8_t ana_for(uint32_t group) const;
 };
 
 struct TargetConfig {
   std::vector<ListenAddress> listen;  // I/O listeners (default 127.0.0.1:4420)
-  uint16_t discovery_port = 8009;     // 0: no discovery controller
+  // TLS 1.3 listeners (NVMe/TCP 1.1): every connection there runs a TLS handshake with a PSK of
+  // tls_psk_file (interchange format) first.
+  std::vector<ListenAddress> tls_listen;
+  std::string tls_psk_file;
+  uint16_t discovery_port = 8009;  // 0: no discovery controller
   std::vector<SubsystemConfig> subsystems;
   uint32_t inline_data = 8192;         // in-capsule data bytes on I/O queues
   uint32_t max_h2c_data = 128 * 1024;  // ICResp maxh2cdata
   uint32_t max_io = 128 * 1024;        // MDTS, bytes (a power of two >= 4 KiB)
-  uint32_t queue_size = 128;           // entries per queue (CAP.MQES + 1)
+  uint32_t queue_size = 1024;          // entries per queue (CAP.MQES + 1); slots grow on demand
   uint32_t max_io_queues = 64;
   int cores = 1;
-  int first_core = -1;  // pin reactor i to core first_core + i; -1: no pinning
+  int first_core = -1;                  // pin reactor i to core first_core + i; -1: no pinning
   PollMode poll = PollMode::kAdaptive;  // how reactors wait for events (--poll)
-  uint64_t poll_max_us = 50;             // the longest adaptive spin (--poll-max-us)
+  uint64_t poll_max_us = 50;            // the longest adaptive spin (--poll-max-us)
   uint32_t sock_buf = 0;                // SO_SNDBUF of accepted sockets; 0: the kernel's default
   uint32_t max_connections = 4096;      // open connections (all queues of all hosts)
   uint64_t buffer_pool = 256ull << 20;  // I/O buffer bytes per reactor (in-flight data bound)
+  buffers::Layout buffers = buffers::Layout::kNaive;  // --buffers naive|tyche
+  uint64_t receive_budget = 0;  // tyche: R2T data buffers in use at once; 0: from the caches
   coalesce::Config coalesce;
+  // DH-HMAC-CHAP: the hash functions and DH groups this target accepts, preferred first
+  // (HashIDs 1..3, DHgroupIDs 0 null .. 5 ffdhe8192).
+  std::vector<uint8_t> dhchap_hashes = {1, 2, 3};
+  std::vector<uint8_t> dhchap_dhgroups = {0, 1, 2, 3, 4, 5};
   std::string stats_json;  // written at exit and on SIGUSR1
   bool read_only = false;
 };
@@ -45,10 +80,19 @@ struct TargetConfig {
 void apply_defaults(TargetConfig& config);
 // Checks every field; returns "" or the first error, precise enough to fix the input.
 std::string validate(const TargetConfig& config);
-// Parses "ADDR:PORT" / "[v6]:PORT".
+// Parses "ADDR:PORT" / "[v6]:PORT", optionally followed by listener options
+// ",ana=STATE" and ",ana.GROUP=STATE".
 bool parse_listen(const std::string& text, ListenAddress* out, std::string* error);
+// Parses "NQN=SECRET" (--host-key, --ctrl-key).
+bool parse_host_key(const std::string& text, std::pair<std::string, std::string>* out,
+                    std::string* error);
+// Parses "sha256,sha384" / "null,ffdhe2048" (--dhchap-hash, --dhchap-dhgroup).
+bool parse_hash_list(const std::string& text, std::vector<uint8_t>* out, std::string* error);
+bool parse_dhgroup_list(const std::string& text, std::vector<uint8_t>* out, std::string* error);
 // Loads a JSON config (the keys of TargetConfig, see the README). Unknown keys are errors.
 bool load_json(const std::string& path, TargetConfig* config, std::string* error);
+// "ADDR:PORT[,ana=...]" as parse_listen() reads it back.
+std::string listen_text(const ListenAddress& l);
 // The effective configuration as JSON (printed by --dump-config).
 std::string to_json_text(const TargetConfig& config);
 

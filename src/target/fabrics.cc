@@ -1,9 +1,12 @@
 // The Fabrics command set: Connect, Property Get/Set, Disconnect.
 #include <cstring>
 
+#include "auth/tls_psk.h"
 #include "common/log.h"
 #include "target/command_queue.h"
+#include "target/dhchap.h"
 #include "target/target.h"
+#include "wire/nvme_auth.h"
 #include "wire/nvme_build.h"
 
 namespace sens::target::fabrics {
@@ -45,6 +48,16 @@ void connect(CommandQueue& q, Request& r) {
     LOG_INFO("connect: host '%s' not allowed on '%s'", hostnqn.c_str(), subnqn.c_str());
     return q.complete(r, st::kConnectInvalidHost, ipo(offsetof(nvme::ConnectData, hostnqn), true));
   }
+  // Over TLS the PSK identity names the host and subsystem: a Connect must be for them.
+  if (const std::string* identity = q.tls_identity()) {
+    auto id = auth::parse_psk_identity(*identity);
+    if (!id || id->hostnqn != hostnqn || id->subnqn != subnqn) {
+      LOG_INFO("connect: host '%s' to '%s' over a TLS session of another identity", hostnqn.c_str(),
+               subnqn.c_str());
+      return q.complete(r, st::kConnectInvalidHost,
+                        ipo(offsetof(nvme::ConnectData, hostnqn), true));
+    }
+  }
   uint32_t entries = uint32_t(cmd.sqsize) + 1;
   if (cmd.sqsize == 0 || entries > ctx.config.queue_size)
     return q.complete(r, st::kConnectInvalidParam, ipo(offsetof(nvme::ConnectCmd, sqsize), false));
@@ -56,11 +69,26 @@ void connect(CommandQueue& q, Request& r) {
                         ipo(offsetof(nvme::ConnectData, cntlid), true));
     ctrl = ctx.registry.create_controller(sub, hostnqn, data.hostid, cmd.kato);
     if (!ctrl) return q.complete(r, st::kConnectControllerBusy);
+    ctrl->auth = sub->auth_for(hostnqn);
+    ctrl->ana = q.ana_port() ? q.ana_port() : ctx.registry.default_ana();
   } else {
     ctrl = ctx.registry.find_controller(data.cntlid);
     if (!ctrl || ctrl->subsystem != sub || ctrl->hostnqn != hostnqn)
       return q.complete(r, st::kConnectInvalidParam,
                         ipo(offsetof(nvme::ConnectData, cntlid), true));
+    // An I/O queue belongs to the host that created the controller: same NQN and host ID.
+    if (std::memcmp(ctrl->hostid, data.hostid, sizeof data.hostid) != 0) {
+      LOG_INFO("connect: I/O queue %u for controller %u with another host ID (host '%s')", cmd.qid,
+               ctrl->cntlid, hostnqn.c_str());
+      return q.complete(r, st::kConnectInvalidParam,
+                        ipo(offsetof(nvme::ConnectData, hostid), true));
+    }
+    // And it joins only once that host has proven its key on the admin queue.
+    if (ctrl->auth && !ctrl->admin_authenticated.load()) {
+      LOG_INFO("connect: I/O queue %u for controller %u before the admin queue authenticated",
+               cmd.qid, ctrl->cntlid);
+      return q.complete(r, st::kAuthRequired);
+    }
     uint32_t granted = ctrl->io_queues_granted;  // 0: the host never asked; allow the maximum
     if (sub->discovery || cmd.qid > (granted ? granted : ctx.config.max_io_queues))
       return q.complete(r, st::kConnectInvalidParam, ipo(offsetof(nvme::ConnectCmd, qid), false));
@@ -80,9 +108,11 @@ void connect(CommandQueue& q, Request& r) {
   uint16_t cntlid = ctrl->cntlid;
   LOG_DEBUG("connect: %s qid %u sqsize %u cntlid %u host %s", subnqn.c_str(), cmd.qid, cmd.sqsize,
             cntlid, hostnqn.c_str());
+  const HostAuth* auth = ctrl->auth;
   q.on_connected(sub, std::move(ctrl), cmd.qid, entries,
-                 cmd.cattr & nvme::kCattrDisableSqFlowControl);
-  q.complete(r, st::kSuccess, cntlid);
+                 cmd.cattr & nvme::kCattrDisableSqFlowControl, auth);
+  // AUTHREQ.ATR: this queue must authenticate before anything else runs on it.
+  q.complete(r, st::kSuccess, cntlid | (auth ? nvme::auth::kAuthreqAtr : 0u));
 }
 
 void property_get(CommandQueue& q, Request& r) {
@@ -149,6 +179,10 @@ Plan plan(CommandQueue& q, Request& r) {
   if (fctype == nvme::fctype::kConnect) return p;  // its data came in the capsule
   if (!q.connected()) {
     p.status = st::kCmdSeqError;
+  } else if (fctype == nvme::fctype::kAuthSend || fctype == nvme::fctype::kAuthReceive) {
+    return dhchap::plan(q, r);
+  } else if (q.dhchap() && !q.dhchap()->authenticated() && fctype != nvme::fctype::kDisconnect) {
+    p.status = st::kAuthRequired;
   } else if (fctype == nvme::fctype::kPropertyGet || fctype == nvme::fctype::kPropertySet) {
     if (q.qid() != 0) p.status = st::kInvalidField;
   } else if (fctype != nvme::fctype::kDisconnect) {
@@ -167,6 +201,9 @@ void execute(CommandQueue& q, Request& r) {
       return property_set(q, r);
     case nvme::fctype::kDisconnect:
       return q.disconnect(r);
+    case nvme::fctype::kAuthSend:
+    case nvme::fctype::kAuthReceive:
+      return dhchap::execute(q, r);
     default:
       return q.complete(r, st::kInvalidOpcode);
   }

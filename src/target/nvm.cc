@@ -1,4 +1,5 @@
 // The NVM I/O command set: Read, Write, Flush, Write Zeroes, Dataset Management.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -74,7 +75,8 @@ void flush_step(CommandQueue& q, Request& r) {
 // retried; media errors may not.
 uint16_t device_status(const Request& r, bool* transient) {
   int err = -r.io.result;
-  *transient = err == EAGAIN || err == EBUSY || err == ENOMEM || err == EINTR;
+  // ETIMEDOUT: a network backend (RBD) gave up on an unreachable cluster for now.
+  *transient = err == EAGAIN || err == EBUSY || err == ENOMEM || err == EINTR || err == ETIMEDOUT;
   if (*transient) return st::kNsNotReady;
   switch (r.io.op) {
     case storage::Op::kRead:
@@ -87,6 +89,74 @@ uint16_t device_status(const Request& r, bool* transient) {
   }
 }
 
+// Path status (SCT 3) of a command to a namespace whose ANA group is not accessible here.
+uint16_t ana_status(uint8_t state) {
+  switch (state) {
+    case ana::kPersistentLoss:
+      return 0x301;  // Asymmetric Access Persistent Loss
+    case ana::kChange:
+      return 0x303;  // Asymmetric Access Transition
+    default:
+      return 0x302;  // Asymmetric Access Inaccessible
+  }
+}
+
+// Register and Acquire carry 16 bytes, Release 8; Report returns NUMD dwords.
+constexpr uint32_t kReportMax = 64 * 1024;
+Plan plan_reservation(Request& r) {
+  const nvme::Sqe& s = r.sqe;
+  Plan p;
+  if (s.opcode == resv::kReport) {
+    uint64_t len = (uint64_t(s.cdw10) + 1) * 4;
+    if (s.sgl.type != nvme::kSglTransportDataBlock) return fail(st::kSglInvalidType);
+    if (s.sgl.length != len) return fail(st::kSglInvalidDataLength);
+    if (len > kReportMax) return fail(st::kInvalidField);
+    r.xfer_len = uint32_t(len);
+    p.buffer_bytes = std::max<uint32_t>(r.xfer_len, 64);
+    return p;
+  }
+  uint32_t need = s.opcode == resv::kRelease ? 8 : 16;
+  if (r.in_capsule) {
+    if (r.xfer_len < need || r.xfer_len > 4096) return fail(st::kSglInvalidDataLength);
+    return p;
+  }
+  if (s.sgl.type != nvme::kSglTransportDataBlock) return fail(st::kSglInvalidType);
+  if (s.sgl.length < need || s.sgl.length > 4096) return fail(st::kSglInvalidDataLength);
+  r.xfer_len = s.sgl.length;
+  p.buffer_bytes = r.xfer_len;
+  p.fetch = true;
+  return p;
+}
+
+void execute_reservation(CommandQueue& q, Request& r) {
+  const nvme::Sqe& s = r.sqe;
+  Reservations& rs = r.ns->reservations;
+  const uint8_t* hostid = q.controller()->hostid;
+  uint8_t action = uint8_t(s.cdw10 & 7);
+  bool iekey = s.cdw10 & (1u << 3);
+  uint8_t rtype = uint8_t((s.cdw10 >> 8) & 0xFF);
+  uint64_t k1 = 0, k2 = 0;
+  if (s.opcode != resv::kReport) {
+    std::memcpy(&k1, r.buf, 8);
+    if (s.opcode != resv::kRelease) std::memcpy(&k2, r.buf + 8, 8);
+  }
+  switch (s.opcode) {
+    case resv::kRegister:
+      return q.complete(r, rs.reg(hostid, action, iekey, uint8_t(s.cdw10 >> 30), k1, k2));
+    case resv::kAcquire:
+      return q.complete(r, rs.acquire(hostid, action, iekey, rtype, k1, k2));
+    case resv::kRelease:
+      return q.complete(r, rs.release(hostid, action, iekey, rtype, k1));
+    default: {
+      // Host identifiers over Fabrics are 128-bit: only the extended structure can hold them.
+      if (!(s.cdw11 & 1)) return q.complete(r, resv::kHostIdInconsistent);
+      std::memset(r.buf, 0, r.xfer_len);
+      rs.report(r.buf, r.xfer_len);
+      return q.send_data(r, r.buf, r.xfer_len);
+    }
+  }
+}
+
 }  // namespace
 
 Plan plan(CommandQueue& q, Request& r) {
@@ -94,13 +164,24 @@ Plan plan(CommandQueue& q, Request& r) {
   uint8_t op = s.opcode;
   // An I/O queue runs nothing while its controller is disabled (CC.EN = 0).
   if (!(q.controller()->cc & 1)) return fail(st::kCmdSeqError);
+  bool reservation_op =
+      op == resv::kRegister || op == resv::kReport || op == resv::kAcquire || op == resv::kRelease;
   if (op != nvme::io_op::kRead && op != nvme::io_op::kWrite && op != nvme::io_op::kFlush &&
-      op != nvme::io_op::kWriteZeroes && op != nvme::io_op::kDatasetMgmt)
+      op != nvme::io_op::kWriteZeroes && op != nvme::io_op::kDatasetMgmt && !reservation_op)
     return fail(st::kInvalidOpcode);
   if (op == nvme::io_op::kFlush && s.nsid == kBroadcastNsid) return Plan{};
   Namespace* ns = q.subsystem()->ns(s.nsid);
   if (!ns) return fail(st::kInvalidNamespace);
   r.ns = ns;
+  // ANA: the namespace's group as the listener this host came in through has it.
+  if (uint8_t state = q.controller()->ana->state(ns->anagrpid);
+      state != ana::kOptimized && state != ana::kNonOptimized && op != resv::kReport)
+    return fail(ana_status(state));
+  if (reservation_op) return plan_reservation(r);
+  // Reservations: Read is a read; everything else here (Flush too) a write.
+  if (uint8_t allowed = q.reservation_access(*ns);
+      !(allowed & (op == nvme::io_op::kRead ? resv::kMayRead : resv::kMayWrite)))
+    return fail(resv::kConflict);
   if (op == nvme::io_op::kFlush) return Plan{};
   if (modifies(s) && ns->device->read_only()) return fail(kNsWriteProtected);
   if (op == nvme::io_op::kDatasetMgmt) return plan_dsm(r);
@@ -153,6 +234,11 @@ void execute(CommandQueue& q, Request& r) {
         return flush_step(q, r);
       }
       return q.submit(r, storage::Op::kFlush, 0, 0, nullptr);
+    case resv::kRegister:
+    case resv::kReport:
+    case resv::kAcquire:
+    case resv::kRelease:
+      return execute_reservation(q, r);
     case nvme::io_op::kDatasetMgmt:
       r.walk_next = 0;
       r.walk_count = (s.cdw11 & kDsmDeallocate) ? (s.cdw10 & 0xFF) + 1 : 0;  // only AD acts

@@ -52,6 +52,7 @@ struct Request {
   uint8_t* buf = nullptr;       // from the pool (or null)
   uint32_t buf_bytes = 0;       // size asked of the pool
   bool buf_inline = false;      // from the in-capsule pool (else the general one)
+  bool buf_receive = false;     // holds data the host sends (the pool's receive budget)
   uint32_t xfer_len = 0;        // bytes this command moves over the wire
   uint32_t received = 0;        // H2C bytes received so far
   uint16_t pending_status = 0;  // an error found while data was still arriving

@@ -2,12 +2,21 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
+#include "auth/dhchap.h"
+#include "common/log.h"
+#include "target/ns_options.h"
 #include "wire/nvme.h"
 
 namespace sens::target {
+
+HostAuth::~HostAuth() {
+  auth::wipe(host_key);
+  auth::wipe(ctrl_key);
+}
 
 bool Subsystem::host_allowed(const std::string& hostnqn) const {
   return allowed_hosts.empty() ||
@@ -48,12 +57,26 @@ void Controller::sum(uint64_t* r, uint64_t* w, uint64_t* rb, uint64_t* wb) {
   }
 }
 
-// Stable identifiers derived from the NQN and nsid, so a restarted target looks the same.
-static void derive_id(const std::string& seed, uint8_t out[16]) {
-  uint64_t a = std::hash<std::string>{}(seed);
-  uint64_t b = std::hash<std::string>{}(seed + "#sens");
-  std::memcpy(out, &a, 8);
-  std::memcpy(out + 8, &b, 8);
+bool AnaPort::set(uint32_t group, uint8_t state) {
+  if (group < 1 || group > ana::kMaxGroups) return false;
+  if (states_[group].exchange(state) == state) return false;
+  group_chgcnt_[group].fetch_add(1);
+  chgcnt_.fetch_add(1);
+  return true;
+}
+
+// The seed of a namespace's NGUID and UUID when neither uuid= nor the backend names it (see
+// ns_options.h): what every gateway serving the same file computes alike.
+static std::string identity_seed(const std::string& nqn, uint32_t nsid, const NamespaceOptions& o) {
+  if (o.backend.rfind("file:", 0) == 0) {
+    std::string path = o.backend.substr(5);
+    if (char* real = ::realpath(path.c_str(), nullptr)) {
+      path = real;
+      std::free(real);
+    }
+    return "file:" + path + "@" + nqn;
+  }
+  return "local:" + nqn + "/" + std::to_string(nsid);
 }
 
 std::string Registry::build(const TargetConfig& config) {
@@ -66,6 +89,27 @@ std::string Registry::build(const TargetConfig& config) {
     auto sub = std::make_unique<Subsystem>();
     sub->nqn = sc.nqn;
     sub->allowed_hosts = sc.allowed_hosts;
+    sub->dhchap_hashes = sc.dhchap_hashes.empty() ? config.dhchap_hashes : sc.dhchap_hashes;
+    sub->dhchap_dhgroups = sc.dhchap_dhgroups.empty() ? config.dhchap_dhgroups : sc.dhchap_dhgroups;
+    for (auto& [host, secret] : sc.host_keys) {
+      std::string why;
+      auto parsed = auth::parse_secret(secret, &why);
+      if (!parsed) return "host key for '" + host + "': " + why;
+      sub->host_auth[host].host_key = auth::transform_key(*parsed, host);
+      auth::wipe(parsed->key);
+      // Naming a key for a host puts it on the allow-list; a subsystem with keys admits
+      // only the hosts it lists, so no unkeyed host slips in beside them.
+      if (std::find(sub->allowed_hosts.begin(), sub->allowed_hosts.end(), host) ==
+          sub->allowed_hosts.end())
+        sub->allowed_hosts.push_back(host);
+    }
+    for (auto& [host, secret] : sc.ctrl_keys) {
+      std::string why;
+      auto parsed = auth::parse_secret(secret, &why);
+      if (!parsed) return "controller key for '" + host + "': " + why;
+      sub->host_auth[host].ctrl_key = auth::transform_key(*parsed, sc.nqn);
+      auth::wipe(parsed->key);
+    }
     uint64_t h = std::hash<std::string>{}(sc.nqn);
     char serial[21];
     std::snprintf(serial, sizeof(serial), "SENS%016llx", static_cast<unsigned long long>(h));
@@ -73,7 +117,10 @@ std::string Registry::build(const TargetConfig& config) {
     uint32_t nsid = 1;
     for (auto& spec : sc.namespaces) {
       std::string error;
-      auto dev = storage::Device::open(spec, &error, config.read_only);
+      NamespaceOptions opts;
+      if (!parse_namespace_options(spec, &opts, &error))
+        return "namespace " + std::to_string(nsid) + " of " + sc.nqn + ": " + error;
+      auto dev = storage::Device::open(opts.backend, &error, config.read_only);
       if (!dev) return "namespace " + std::to_string(nsid) + " of " + sc.nqn + ": " + error;
       auto ns = std::make_unique<Namespace>();
       ns->nsid = nsid;
@@ -82,17 +129,43 @@ std::string Registry::build(const TargetConfig& config) {
       ns->blocks = dev->size() >> ns->block_shift;
       sub->volatile_cache |= dev->volatile_cache();
       ns->device = std::move(dev);
-      derive_id(sc.nqn + "/" + std::to_string(nsid), ns->nguid);
-      derive_id(sc.nqn + "/uuid/" + std::to_string(nsid), ns->uuid);
-      ns->uuid[6] = uint8_t((ns->uuid[6] & 0x0F) | 0x40);  // RFC 4122 version 4 layout
-      ns->uuid[8] = uint8_t((ns->uuid[8] & 0x3F) | 0x80);
+      ns->anagrpid = opts.anagrpid;
+      // The same identity on every gateway: from uuid=, or the backing store (ns_options.h).
+      if (opts.has_uuid) {
+        char text[37];
+        const uint8_t* u = opts.uuid;
+        std::snprintf(text, sizeof text,
+                      "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                      u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+                      u[13], u[14], u[15]);
+        derive_namespace_ids(std::string("uuid:") + text, ns->nguid, ns->uuid);
+        std::memcpy(ns->uuid, opts.uuid, 16);
+      } else if (!ns->device->stable_identity(ns->nguid, ns->uuid)) {
+        // Shared storage that names itself (an RBD image) gave both ids; else the seed.
+        derive_namespace_ids(identity_seed(sc.nqn, nsid, opts), ns->nguid, ns->uuid);
+      }
+      if (opts.has_nguid) std::memcpy(ns->nguid, opts.nguid, 16);
       sub->namespaces.push_back(std::move(ns));
       ++nsid;
     }
     subsystems_.push_back(std::move(sub));
     ++index;
   }
+  for (uint32_t g = 1; g <= ana::kMaxGroups; ++g) default_ana_.set(g, ana::kOptimized);
+  for (auto* list : {&config.listen, &config.tls_listen})
+    for (auto& l : *list) {
+      auto port = std::make_unique<AnaPort>();
+      port->host = l.host;
+      port->port = l.port;
+      for (uint32_t g = 1; g <= ana::kMaxGroups; ++g) port->set(g, l.ana_for(g));
+      ana_ports_.push_back(std::move(port));
+    }
   return "";
+}
+
+std::vector<std::shared_ptr<Controller>> Registry::controllers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return controllers_;
 }
 
 Subsystem* Registry::find(const std::string& nqn) {
@@ -107,10 +180,13 @@ std::shared_ptr<Controller> Registry::create_controller(Subsystem* subsystem,
                                                         const uint8_t hostid[16],
                                                         uint32_t kato_ms) {
   std::lock_guard<std::mutex> lock(mu_);
-  // cntlid 1..0xFFEF; skip ids still in use after a wrap.
-  for (int tries = 0; tries < 0xFFEF; ++tries) {
-    uint16_t id = next_cntlid_;
-    next_cntlid_ = next_cntlid_ >= 0xFFEF ? 1 : uint16_t(next_cntlid_ + 1);
+  // cntlid 1..0xFFEF, drawn at random: a host that could guess another's cntlid would only
+  // need its NQN and host ID to attach I/O queues to it. Ids in use are skipped.
+  if (controllers_.size() >= 0xFFEF) return nullptr;
+  for (int tries = 0; tries < 4 * 0xFFEF; ++tries) {
+    uint16_t r = 0;
+    if (!auth::random_bytes(reinterpret_cast<uint8_t*>(&r), sizeof r)) return nullptr;
+    uint16_t id = uint16_t(1 + r % 0xFFEF);
     bool used = std::any_of(controllers_.begin(), controllers_.end(),
                             [&](auto& c) { return c->cntlid == id; });
     if (used) continue;

@@ -33,16 +33,46 @@ class ReactorContext::QueueWatcher final : public EventHandler {
   storage::Queue* q_;
 };
 
+namespace {
+
+// `throttled`: the general pool, whose R2T data buffers count against the receive budget. The
+// in-capsule pool never is: a capsule waiting there stops its connection's reader, and the
+// data that would free the budget may be behind it.
+buffers::PoolOptions pool_options(const Target& t, uint64_t limit, uint32_t max_buffer,
+                                  bool throttled) {
+  const TargetConfig& c = t.config();
+  buffers::PoolOptions o;
+  o.limit_bytes = limit;
+  o.max_buffer = max_buffer;
+  o.layout = c.buffers;
+  if (c.buffers != buffers::Layout::kTyche) return o;
+  o.geometry = t.cache_geometry();
+  if (throttled)
+    o.receive_budget = c.receive_budget
+                           ? c.receive_budget
+                           : buffers::default_receive_budget(o.geometry, 4 * uint64_t(c.max_io));
+  return o;
+}
+
+}  // namespace
+
 ReactorContext::ReactorContext(Target& t, int index)
     : reactor(index),
       target(t),
       registry(t.registry()),
       config(t.config()),
-      pool(t.config().buffer_pool,
-           std::max({t.config().max_io, kAdminDataMax, uint32_t(64 * 1024)})),
-      inline_pool(std::max<uint64_t>(t.config().buffer_pool / 8, 1 << 20),
-                  std::max(t.config().inline_data, kAdminDataMax)),
-      next_id_(uint64_t(index) << 48) {}
+      pool(pool_options(t, t.config().buffer_pool,
+                        std::max({t.config().max_io, kAdminDataMax, uint32_t(64 * 1024)}), true)),
+      inline_pool(pool_options(t, std::max<uint64_t>(t.config().buffer_pool / 8, 1 << 20),
+                               std::max(t.config().inline_data, kAdminDataMax), false)),
+      next_id_(uint64_t(index) << 48) {
+  if (t.config().buffers == buffers::Layout::kTyche) {
+    buffers::PoolOptions o =
+        pool_options(t, uint64_t(t.config().max_connections) * 64 * 1024, 64 * 1024, false);
+    o.spread_heads = true;  // every read lands at the start of the staging buffer
+    staging_pool = std::make_unique<BufferPool>(o);
+  }
+}
 
 ReactorContext::~ReactorContext() {
   conns_.clear();
@@ -96,6 +126,11 @@ void ReactorContext::schedule_resume(TcpQueue* q) {
 void ReactorContext::close_connection(uint64_t id, const char* why) {
   auto it = conns_.find(id);
   if (it != conns_.end()) it->second->close(why);
+}
+
+void ReactorContext::deliver_events(uint64_t id) {
+  auto it = conns_.find(id);
+  if (it != conns_.end()) it->second->deliver_events();
 }
 
 void ReactorContext::close_all(const char* why) {
@@ -157,7 +192,27 @@ nlohmann::json ReactorContext::stats_json() {
                       {"waiting", ps.waiting},
                       {"inline_allocated_bytes", inline_pool.stats().allocated_bytes},
                       {"inline_waits", inline_pool.stats().waits},
-                      {"reader_holds", holds}};
+                      {"reader_holds", holds},
+                      {"layout", buffers::layout_name(pool.layout())}};
+  if (pool.layout() == buffers::Layout::kTyche) {
+    auto& b = j["buffer_pool"];
+    const auto& colours = pool.colour_in_use();
+    uint64_t lo = colours.empty() ? 0 : UINT64_MAX, hi = 0, sum = 0;
+    for (uint64_t c : colours) {
+      lo = std::min(lo, c);
+      hi = std::max(hi, c);
+      sum += c;
+    }
+    b["pages"] = pool.page_kind();
+    b["huge_page_bytes"] = pool.huge_bytes() + inline_pool.huge_bytes();
+    b["colours"] = colours.size();
+    b["colour_in_use_bytes"] = {
+        {"min", lo}, {"max", hi}, {"mean", colours.empty() ? 0.0 : double(sum) / colours.size()}};
+    b["receive_budget"] = pool.receive_budget();
+    b["receive_in_use_bytes"] = ps.receive_in_use_bytes;
+    b["throttled"] = ps.throttled;
+    b["stride_64k"] = pool.stride_of_class(64 * 1024);
+  }
   uint64_t waited = 0, retried = 0, flushes = 0;
   for (auto& [ns, q] : queues_) {
     waited += q->waited();
@@ -178,10 +233,16 @@ static std::string address_text(const sockaddr_storage& ss, bool with_port);
 
 class Target::Listener final : public EventHandler {
  public:
-  Listener(Target& t, Reactor& reactor, int fd, uint16_t port, bool discovery)
-      : target_(t), reactor_(reactor), fd_(fd), port_(port), discovery_(discovery), retry_([this] {
-          resume();
-        }) {}
+  Listener(Target& t, Reactor& reactor, int fd, uint16_t port, bool discovery, bool tls = false,
+           AnaPort* ana = nullptr)
+      : ana_(ana),
+        target_(t),
+        reactor_(reactor),
+        fd_(fd),
+        port_(port),
+        discovery_(discovery),
+        tls_(tls),
+        retry_([this] { resume(); }) {}
   ~Listener() override {
     reactor_.cancel(retry_);
     ::close(fd_);
@@ -222,7 +283,7 @@ class Target::Listener final : public EventHandler {
       if (int buf = int(target_.config().sock_buf)) {  // tests: force partial sends
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
       }
-      target_.dispatch_accepted(fd, address_text(ss, true), port_, discovery_);
+      target_.dispatch_accepted(fd, address_text(ss, true), port_, discovery_, tls_, ana_);
     }
   }
 
@@ -247,11 +308,13 @@ class Target::Listener final : public EventHandler {
     suppressed_ = 0;
   }
 
+  AnaPort* ana_;
   Target& target_;
   Reactor& reactor_;
   int fd_;
   uint16_t port_;
   bool discovery_;
+  bool tls_;
   Timer retry_;
   Nanos next_log_ = 0;
   uint64_t suppressed_ = 0, paused_ = 0, refused_ = 0;
@@ -313,7 +376,14 @@ static int open_listener(const std::string& host, uint16_t port, uint16_t* bound
 
 // ---------------------------------------------------------------------------- target
 
-Target::Target(TargetConfig config) : config_(std::move(config)) {}
+Target::Target(TargetConfig config) : config_(std::move(config)) {
+  if (config_.buffers == buffers::Layout::kTyche) {
+    std::string why;
+    geometry_ = buffers::CacheGeometry::detect(&why);
+    if (!why.empty())
+      LOG_WARN("buffers: %s; assuming %s", why.c_str(), geometry_.describe().c_str());
+  }
+}
 
 Target::~Target() {
   stop();
@@ -325,6 +395,15 @@ std::string Target::start() {
   for (int i = 0; i < config_.cores; ++i)
     ctxs_.push_back(std::make_unique<ReactorContext>(*this, i));
 
+  if (!config_.tls_listen.empty()) {
+    if (!auth::load_tls_psk_file(config_.tls_psk_file, &tls_keys_, &error)) return error;
+    tls_ = transport::TlsContext::server(
+        [this](const std::string& id, transport::TlsPsk* psk, std::string* why) {
+          return find_tls_psk(id, psk, why);
+        },
+        &error);
+    if (!tls_) return error;
+  }
   std::vector<std::pair<ListenAddress, bool>> wanted;
   for (auto& l : config_.listen) wanted.push_back({l, false});
   if (config_.discovery_port) {
@@ -333,6 +412,8 @@ std::string Target::start() {
       if (std::find(hosts.begin(), hosts.end(), l.host) == hosts.end()) hosts.push_back(l.host);
     for (auto& h : hosts) wanted.push_back({{h, config_.discovery_port}, true});
   }
+  const auto& ana_ports = registry_.ana_ports();  // listen, then tls_listen
+  size_t io_index = 0;
   for (auto& [addr, discovery] : wanted) {
     uint16_t port = 0;
     int fd = open_listener(addr.host, addr.port, &port, &error);
@@ -340,8 +421,24 @@ std::string Target::start() {
       listeners_.clear();
       return error;
     }
-    listeners_.push_back(std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, discovery));
+    AnaPort* ana = discovery ? nullptr : ana_ports[io_index++].get();
+    if (ana) ana->port = port;  // (port 0 asked: the one the kernel gave)
+    listeners_.push_back(
+        std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, discovery, false, ana));
     bound_.push_back({addr.host, port, discovery});
+  }
+  for (auto& addr : config_.tls_listen) {
+    uint16_t port = 0;
+    int fd = open_listener(addr.host, addr.port, &port, &error);
+    if (fd < 0) {
+      listeners_.clear();
+      return error;
+    }
+    AnaPort* ana = ana_ports[io_index++].get();
+    ana->port = port;
+    listeners_.push_back(
+        std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, false, true, ana));
+    bound_.push_back({addr.host, port, false, true});
   }
   for (auto& l : listeners_) ctxs_[0]->reactor.add(l->fd(), EPOLLIN, l.get());
 
@@ -361,10 +458,46 @@ std::string Target::start() {
   return "";
 }
 
+// TLS server PSK lookup: the identity names the host and subsystem; the host must be allowed
+// there, and the PSK digest in the identity picks the configured key it was made from.
+bool Target::find_tls_psk(const std::string& identity, transport::TlsPsk* psk, std::string* why) {
+  auto id = auth::parse_psk_identity(identity);
+  if (!id) {
+    *why = "PSK identity is not 'NVMe1R0h <host NQN> <subsystem NQN> <digest>'";
+    return false;
+  }
+  Subsystem* sub = registry_.find(id->subnqn);
+  if (!sub) {
+    *why = "PSK identity names an unknown subsystem";
+    return false;
+  }
+  if (!sub->host_allowed(id->hostnqn)) {
+    *why = "host '" + id->hostnqn + "' is not allowed on '" + id->subnqn + "'";
+    return false;
+  }
+  for (auto& key : tls_keys_) {
+    if (key.cipher_hash() != id->hash) continue;
+    auth::Bytes retained = auth::retained_psk(key, id->hostnqn);
+    if (auth::psk_digest(id->hash, retained, id->hostnqn, id->subnqn) != id->digest) {
+      auth::wipe(retained);
+      continue;
+    }
+    psk->identity = identity;
+    psk->hash = id->hash;
+    psk->key = auth::tls_psk(id->hash, retained, id->digest);
+    auth::wipe(retained);
+    return true;
+  }
+  *why = "no PSK of the PSK file matches the identity of host '" + id->hostnqn + "' (wrong key?)";
+  return false;
+}
+
 void Target::dispatch_accepted(int fd, std::string peer, uint16_t local_port,
-                               bool discovery_listener) {
+                               bool discovery_listener, bool tls, AnaPort* ana) {
   open_connections_.fetch_add(1);
   TcpQueue::Endpoint ep;
+  ep.ana = ana;
+  ep.tls = tls;
   ep.peer = std::move(peer);
   ep.local_port = local_port;
   ep.discovery_listener = discovery_listener;
@@ -379,6 +512,55 @@ void Target::dispatch_accepted(int fd, std::string peer, uint16_t local_port,
     return;
   }
   ctx->reactor.post([ctx, fd, ep = std::move(ep)]() mutable { ctx->adopt(fd, std::move(ep)); });
+}
+
+int Target::set_ana_state(size_t port, uint32_t group, uint8_t state) {
+  const auto& ports = registry_.ana_ports();
+  if (port >= ports.size()) return 0;
+  AnaPort* p = ports[port].get();
+  int changed = 0;
+  for (uint32_t g = 1; g <= ana::kMaxGroups; ++g)
+    if ((group == 0 || g == group) && p->set(g, state)) ++changed;
+  if (changed) notify_ana_change(p);
+  return changed;
+}
+
+std::vector<std::string> Target::reload_ana(const TargetConfig& config) {
+  std::vector<std::string> out;
+  const auto& ports = registry_.ana_ports();
+  std::vector<const ListenAddress*> wanted;
+  for (auto* list : {&config.listen, &config.tls_listen})
+    for (auto& l : *list) wanted.push_back(&l);
+  for (size_t i = 0; i < ports.size(); ++i) {
+    AnaPort* p = ports[i].get();
+    const ListenAddress* l = nullptr;
+    for (auto* w : wanted)
+      if (w->host == p->host && w->port == p->port) l = w;
+    std::string name = p->host + ":" + std::to_string(p->port);
+    if (!l) {
+      out.push_back(name + ": not in the new configuration; ANA states kept");
+      continue;
+    }
+    int changed = 0;
+    for (uint32_t g = 1; g <= ana::kMaxGroups; ++g) changed += p->set(g, l->ana_for(g));
+    if (changed) notify_ana_change(p);
+    out.push_back(name + ": ANA " + listen_text(*l) + (changed ? " (changed)" : " (unchanged)"));
+  }
+  return out;
+}
+
+void Target::notify_ana_change(AnaPort* port) {
+  for (auto& c : registry_.controllers()) {
+    if (c->ana != port) continue;
+    c->ana_event_pending = true;
+    std::lock_guard<std::mutex> lock(c->mu);
+    for (auto& ref : c->queues) {
+      if (ref.qid != 0 || !ref.ctx) continue;
+      ReactorContext* ctx = ref.ctx;
+      uint64_t id = ref.conn_id;
+      ctx->reactor.post([ctx, id] { ctx->deliver_events(id); });
+    }
+  }
 }
 
 void Target::close_controller_queues(Controller* ctrl) {
@@ -421,9 +603,13 @@ nlohmann::json Target::stats_json() {
   nlohmann::json namespaces = nlohmann::json::array();
   for (auto& s : registry_.subsystems())
     for (auto& ns : s->namespaces)
-      if (ns) namespaces.push_back({{"nqn", s->nqn}, {"nsid", ns->nsid}, {"spec", ns->spec},
-                                    {"syncs", ns->device->syncs()}});
+      if (ns)
+        namespaces.push_back({{"nqn", s->nqn},
+                              {"nsid", ns->nsid},
+                              {"spec", ns->spec},
+                              {"syncs", ns->device->syncs()}});
   j["namespaces"] = namespaces;  // syncs: whole-device flushes (shutdown, CC.SHN)
+  j["auth"] = {{"succeeded", auth_succeeded_.load()}, {"failed", auth_failed_.load()}};
   j["reactors"] = reactors;
   j["connections"] = per;
   return j;

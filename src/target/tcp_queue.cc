@@ -10,6 +10,7 @@
 #include "coalesce/stats_json.h"
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "target/dhchap.h"
 #include "target/target.h"
 #include "wire/nvme_build.h"
 
@@ -22,7 +23,9 @@ using S = ReqState;
 
 namespace {
 constexpr Nanos kSetupTimeout = 10 * kSecond;  // ICReq + Connect must arrive by then
-constexpr Nanos kCloseTimeout = 2 * kSecond;   // a TermReq / last response the peer never reads
+// DH-HMAC-CHAP must end by then after Connect (an ffdhe8192 exchange in a slow VM included).
+constexpr Nanos kAuthTimeout = 30 * kSecond;
+constexpr Nanos kCloseTimeout = 2 * kSecond;  // a TermReq / last response the peer never reads
 // A host is dropped once no admin command arrived for kato plus one KAS granule, so a host
 // that sends Keep Alive at exactly kato (as older Linux hosts do) is not dropped by a race.
 constexpr Nanos kKeepAliveGrace = kKasUnits * 100 * kMilli;
@@ -52,6 +55,10 @@ TcpQueue::TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint)
   reader_.set_max_plen(pdu::kMaxHlen + 2 * pdu::kDigestLen + kAdminDataMax);
   reader_waiter_.queue = this;
   reader_waiter_.ready = &TcpQueue::on_reader_buffer;
+  if (endpoint_.tls && ctx.target.tls()) {
+    tls_ = std::make_unique<transport::TlsChannel>(*ctx.target.tls(), fd_);
+    state_ = State::kHandshake;  // the set-up deadline bounds the handshake too
+  }
   ctx_.reactor.add(fd_, EPOLLIN, this);
   ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kSetupTimeout);
   LOG_DEBUG("connection %llu from %s", static_cast<unsigned long long>(id_),
@@ -67,6 +74,7 @@ TcpQueue::~TcpQueue() {
     pool_.cancel(s.get());
     give_back_buffer(s->req);
   }
+  if (staging_mem_) ctx_.staging_pool->put(staging_mem_, kIoStaging);  // the reader is done
 }
 
 void TcpQueue::watch(bool readable, bool writable) {
@@ -89,8 +97,43 @@ void TcpQueue::on_send_error(int err) {
   close("send error");
 }
 
+void TcpQueue::step_handshake() {
+  using Io = transport::TlsChannel::Io;
+  Io io = tls_->handshake();
+  if (io == Io::kWantRead || io == Io::kWantWrite) {
+    watch(true, io == Io::kWantWrite);
+    return;
+  }
+  if (io != Io::kOk) {
+    const std::string& e = tls_->error();
+    const bool plain = e.find("wrong version number") != std::string::npos ||
+                       e.find("http request") != std::string::npos ||
+                       e.find("packet length too long") != std::string::npos ||
+                       e.find("record layer failure") != std::string::npos;
+    LOG_INFO("connection %llu (%s): TLS handshake failed, closing: %s%s",
+             static_cast<unsigned long long>(id_), endpoint_.peer.c_str(), e.c_str(),
+             plain ? " (a plain NVMe/TCP host on the TLS port?)" : "");
+    close_pending_ = false;
+    close("TLS handshake failed");
+    return;
+  }
+  LOG_DEBUG("connection %llu (%s): TLS 1.3 %s, identity '%s'", static_cast<unsigned long long>(id_),
+            endpoint_.peer.c_str(), tls_->cipher().c_str(), tls_->peer_identity().c_str());
+  reader_.set_tls(tls_.get());
+  sendq_.set_tls(tls_.get());
+  state_ = State::kWaitIC;
+  watch(true, false);
+  // The ICReq may have come with the handshake's last flight, already inside OpenSSL.
+  handle_read_status(reader_.read_from(fd_, kRecvBudget));
+}
+
+const std::string* TcpQueue::tls_identity() const {
+  return tls_ && tls_->established() ? &tls_->peer_identity() : nullptr;
+}
+
 void TcpQueue::on_event(uint32_t events) {
   if (closed_) return;
+  if (state_ == State::kHandshake) return step_handshake();
   if (events & EPOLLOUT) sendq_.on_writable();
   if (closed_) return;
   if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) && reading_ && !reader_.held())
@@ -435,8 +478,9 @@ void TcpQueue::send_r2t(Request& r) {
 
 void TcpQueue::complete(Request& r, uint16_t status, uint64_t result) {
   // Transient conditions may be retried; everything else carries Do Not Retry.
-  bool dnr =
-      status != st::kSuccess && status != st::kConnectControllerBusy && status != st::kNsNotReady;
+  // Path errors (SCT 3, ANA) must not carry it: the host retries them on another path.
+  bool dnr = status != st::kSuccess && status != st::kConnectControllerBusy &&
+             status != st::kNsNotReady && (status >> 8) != 3;
   auto cqe = nvme::make_cqe(r.sqe.cid, qid_, sqhd_, status, uint32_t(result), dnr);
   cqe.dw1 = uint32_t(result >> 32);
   pdu::build_capsule_resp(r.resp_hdr.resp, cqe, digests_);
@@ -451,10 +495,21 @@ void TcpQueue::on_resp_sent(void* ctx, uint64_t index) {
   self->release(self->slots_[index]->req);
 }
 
+uint32_t TcpQueue::pdus_in_progress() const {
+  // Commands that will queue a PDU (an R2T, data, a response) by themselves: those not yet
+  // answered. Ones already answering wait on the queued PDUs; an idle host sends nothing.
+  uint32_t n = 0;
+  for (S s :
+       {S::kNew, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting, S::kWaitingDevice})
+    n += states_.count(s);
+  return n;
+}
+
 void TcpQueue::give_back_buffer(Request& r) {
-  (r.buf_inline ? inline_pool_ : pool_).put(r.buf, r.buf_bytes);
+  (r.buf_inline ? inline_pool_ : pool_).put(r.buf, r.buf_bytes, r.buf_receive);
   r.buf = nullptr;
   r.buf_inline = false;
+  r.buf_receive = false;
 }
 
 void TcpQueue::release(Request& r) {
@@ -470,8 +525,13 @@ void TcpQueue::release(Request& r) {
 
 // ---------------------------------------------------------------------------- Fabrics hooks
 
+void TcpQueue::set_max_plen() {
+  reader_.set_max_plen(pdu::kMaxHlen + 2 * pdu::kDigestLen +
+                       std::max(inline_limit(), ctx_.config.max_h2c_data));
+}
+
 void TcpQueue::on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
-                            uint32_t sq_entries, bool sq_flow_disabled) {
+                            uint32_t sq_entries, bool sq_flow_disabled, const HostAuth* auth) {
   subsystem_ = sub;
   ctrl_ = std::move(ctrl);
   qid_ = qid;
@@ -479,15 +539,52 @@ void TcpQueue::on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, ui
   sqhd_ = uint16_t(1 % sq_entries_);
   sqflow_disabled_ = sq_flow_disabled;
   cids_.assign(65536 / 64, 0);
-  state_ = State::kReady;
-  ctx_.reactor.cancel(setup_timer_);
-  reader_.set_max_plen(pdu::kMaxHlen + 2 * pdu::kDigestLen +
-                       std::max(inline_limit(), ctx_.config.max_h2c_data));
+  if (auth) {
+    // The set-up deadline now bounds the authentication: a host that connects and never
+    // proves its key is dropped.
+    dhchap_ = std::make_unique<DhchapSession>(
+        *auth, sub->dhchap_hashes, sub->dhchap_dhgroups,
+        DhchapSession::Identity{ctrl_->hostnqn, sub->nqn, ctrl_->cntlid, qid});
+    state_ = State::kAuthenticating;
+    ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kAuthTimeout);
+  } else {
+    state_ = State::kReady;
+    ctx_.reactor.cancel(setup_timer_);
+  }
+  set_max_plen();
+  if (qid_ != 0) resv_cache_.assign(sub->namespaces.size(), ResvCache{});
   if (qid_ != 0) {
-    reader_.set_staging(kIoStaging);
+    // Under tyche the staging buffer comes coloured from the reactor's staging pool: the
+    // heads of many connections' buffers then spread over the cache sets.
+    uint8_t* mem = ctx_.staging_pool ? ctx_.staging_pool->get(kIoStaging) : nullptr;
+    if (mem && reader_.use_staging(mem, kIoStaging)) {
+      staging_mem_ = mem;
+    } else {
+      if (mem) ctx_.staging_pool->put(mem, kIoStaging);
+      reader_.set_staging(kIoStaging);
+    }
     sendq_.set_config(ctx_.config.coalesce);  // I/O queues coalesce
   }
-  if (qid_ == 0 && ctrl_->kato_ms) reset_keep_alive();
+  // Keep alive starts once the host may send one: a host computing its DH value sends nothing.
+  if (qid_ == 0 && ctrl_->kato_ms && !auth) reset_keep_alive();
+}
+
+void TcpQueue::on_authenticated(bool ok) {
+  if (closed_ || state_ == State::kClosing) return;
+  if (ok && state_ == State::kAuthenticating) {
+    state_ = State::kReady;
+    ctx_.reactor.cancel(setup_timer_);
+    set_max_plen();
+    if (qid_ == 0) ctrl_->admin_authenticated = true;
+    if (qid_ == 0 && ctrl_->kato_ms) reset_keep_alive();
+    LOG_DEBUG("connection %llu: host '%s' authenticated on qid %u",
+              static_cast<unsigned long long>(id_), ctrl_->hostnqn.c_str(), qid_);
+  } else if (!ok && state_ == State::kReady) {
+    // A failed re-authentication: no command runs until one succeeds, within the deadline.
+    state_ = State::kAuthenticating;
+    if (qid_ == 0) ctrl_->admin_authenticated = false;
+    ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kAuthTimeout);
+  }
 }
 
 void TcpQueue::disconnect(Request& r) {
@@ -507,9 +604,23 @@ void TcpQueue::keep_alive_changed() {
 
 bool TcpQueue::park_aer(Request& r) {
   if (aer_outstanding_ >= kAerLimit) return false;
-  ++aer_outstanding_;
-  states_.advance(r, S::kAer);  // completed only by an event; freed with the queue
+  aer_parked_[aer_outstanding_++] = r.index;
+  states_.advance(r, S::kAer);  // completed by an event; else freed with the queue
+  deliver_events();             // one may be waiting already
   return true;
+}
+
+void TcpQueue::deliver_events() {
+  if (closed_ || qid_ != 0 || !ctrl_ || aer_outstanding_ == 0) return;
+  constexpr uint32_t kAecAnaChange = 1u << 11;
+  if (!(ctrl_->async_event_config.load() & kAecAnaChange)) return;
+  if (ctrl_->ana_event_masked.load() || !ctrl_->ana_event_pending.exchange(false)) return;
+  ctrl_->ana_event_masked = true;  // until the host reads the ANA log page (RAE = 0)
+  Request& r = slots_[aer_parked_[0]]->req;
+  --aer_outstanding_;
+  for (uint32_t i = 0; i < aer_outstanding_; ++i) aer_parked_[i] = aer_parked_[i + 1];
+  // Notice (type 2), ANA change (info 03h), log page 0Ch.
+  complete(r, st::kSuccess, 0x2u | (0x03u << 8) | (0x0Cu << 16));
 }
 
 void TcpQueue::reset_keep_alive() {
@@ -538,9 +649,11 @@ void TcpQueue::on_setup_timer() {
     return;
   }
   if (state_ == State::kReady) return;
-  LOG_INFO("connection %llu (%s): no ICReq/Connect within %lld s, closing",
-           static_cast<unsigned long long>(id_), endpoint_.peer.c_str(),
-           static_cast<long long>(kSetupTimeout / kSecond));
+  LOG_INFO("connection %llu (%s): %s within %lld s, closing", static_cast<unsigned long long>(id_),
+           endpoint_.peer.c_str(),
+           state_ == State::kAuthenticating ? "not authenticated" : "no ICReq/Connect",
+           static_cast<long long>(
+               (state_ == State::kAuthenticating ? kAuthTimeout : kSetupTimeout) / kSecond));
   close("setup timeout");
 }
 
@@ -553,6 +666,9 @@ nlohmann::json TcpQueue::stats_json() const {
   j["recv_calls"] = reader_.counters().recv_calls;
   j["recv_bytes"] = reader_.counters().bytes;
   j["recv_holds"] = reader_.counters().holds;
+  // Payload that a large read brought into staging behind a header and that was then copied
+  // to its command's buffer (the rest was read in place).
+  j["recv_copied_payload_bytes"] = reader_.counters().copied_payload_bytes;
   j["sent_bytes"] = sendq_.counters().bytes;
   j["snapshot_bytes"] = sendq_.counters().snapshot_bytes;
   j["requests"] = states_.to_json();

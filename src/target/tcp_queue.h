@@ -10,14 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "buffers/buffer_pool.h"
 #include "reactor/reactor.h"
-#include "target/buffer_pool.h"
 #include "target/command_queue.h"
 #include "transport/pdu_reader.h"
 #include "transport/send_queue.h"
+#include "transport/tls.h"
 #include "wire/pdu.h"
 
 namespace sens::target {
+
+using buffers::BufferPool;
 
 class TcpQueue final : public CommandQueue,
                        public EventHandler,
@@ -29,6 +32,8 @@ class TcpQueue final : public CommandQueue,
     std::string local_address;  // the address the host reached (numeric)
     uint16_t local_port = 0;
     bool discovery_listener = false;  // reached through a discovery-only listener
+    bool tls = false;                 // reached through a TLS listener: handshake first
+    AnaPort* ana = nullptr;           // the I/O listener's ANA view (null: discovery)
   };
   TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint);
   ~TcpQueue() override;
@@ -52,6 +57,7 @@ class TcpQueue final : public CommandQueue,
   // SendQueue::Owner
   void want_writable(bool on) override;
   void on_send_error(int err) override;
+  uint32_t pdus_in_progress() const override;
   // PduReader::Sink
   bool on_pdu_header(const pdu::CommonHeader& header, const pdu::Layout& layout) override;
   bool on_pdu_payload(const pdu::CommonHeader& header, bool digest_ok) override;
@@ -63,16 +69,31 @@ class TcpQueue final : public CommandQueue,
   void complete(Request& r, uint16_t status, uint64_t result = 0) override;
   void submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) override;
   void on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
-                    uint32_t sq_entries, bool sq_flow_disabled) override;
+                    uint32_t sq_entries, bool sq_flow_disabled, const HostAuth* auth) override;
+  void on_authenticated(bool ok) override;
   void disconnect(Request& r) override;
   uint64_t connection_id() const override { return id_; }
   bool via_discovery_listener() const override { return endpoint_.discovery_listener; }
+  const std::string* tls_identity() const override;
   const std::string& local_address() const override { return endpoint_.local_address; }
   void keep_alive_changed() override;
   bool park_aer(Request& r) override;
+  AnaPort* ana_port() const override { return endpoint_.ana; }
+  void deliver_events() override;
 
  private:
-  enum class State { kWaitIC, kWaitConnect, kReady, kClosing, kClosed };
+  // kAuthenticating: connected, DH-HMAC-CHAP not (or no longer) done; only AUTH_Send and
+  // AUTH_Receive run.
+  enum class State {
+    kHandshake,  // TLS listener: the TLS handshake runs before any PDU
+    kWaitIC,
+    kWaitConnect,
+    kAuthenticating,
+    kReady,
+    kClosing,
+    kClosed
+  };
+  void step_handshake();
 
   // A request with what the transport keeps beside it.
   struct Slot : BufferPool::Waiter {
@@ -115,6 +136,7 @@ class TcpQueue final : public CommandQueue,
   void on_keep_alive_timer();
   void on_setup_timer();
   uint32_t inline_limit() const;
+  void set_max_plen();
   bool cid_in_use(uint16_t cid) const;
   void set_cid(uint16_t cid, bool on);
 
@@ -130,6 +152,7 @@ class TcpQueue final : public CommandQueue,
   uint32_t sq_entries_ = 1;  // requests the host may have outstanding (1 until Connect)
   uint16_t sqhd_ = 0;
   bool sqflow_disabled_ = false;
+  std::unique_ptr<transport::TlsChannel> tls_;
   transport::PduReader reader_;
   transport::SendQueue sendq_;
   BufferPool& pool_;         // reads, R2T data, admin pages
@@ -142,12 +165,14 @@ class TcpQueue final : public CommandQueue,
   std::vector<uint16_t> resumed_;  // slots the pool has served, to run from the loop
   bool resume_scheduled_ = false;
   ReaderWaiter reader_waiter_;
-  uint8_t* held_buf_ = nullptr;  // the buffer that ended a reader hold, for the capsule
+  uint8_t* staging_mem_ = nullptr;  // the reader's staging buffer, from the staging pool
+  uint8_t* held_buf_ = nullptr;     // the buffer that ended a reader hold, for the capsule
   uint32_t held_bytes_ = 0;
   bool reader_ready_ = false;   // the pool served the reader's wait
   Request* current_ = nullptr;  // the request whose PDU payload is arriving
   RequestStates states_;
   uint32_t aer_outstanding_ = 0;
+  uint16_t aer_parked_[kAerLimit]{};  // slots of the outstanding AERs, oldest first
   uint32_t inflight_io_ = 0;
   uint64_t commands_ = 0;
 

@@ -42,7 +42,7 @@ void TcpQueue::start(Request& r) {
   if (s.opcode == nvme::kFabricsOpcode)
     plan = fabrics::plan(*this, r);
   else if (state_ != State::kReady)
-    plan.status = st::kCmdSeqError;
+    plan.status = state_ == State::kAuthenticating ? st::kAuthRequired : st::kCmdSeqError;
   else if (qid_ == 0)
     plan = admin::plan(*this, r);
   else
@@ -71,9 +71,13 @@ void TcpQueue::start(Request& r) {
 }
 
 void TcpQueue::obtain_buffer(Request& r) {
-  if ((r.buf = pool_.get(r.buf_bytes)) != nullptr) return have_buffer(r);
+  // Data the host is asked for (R2T) counts against the receive budget: over it, the R2T
+  // leaves once buffers drain.
+  r.buf_receive = r.fetch;
+  if ((r.buf = pool_.get(r.buf_bytes, r.buf_receive)) != nullptr) return have_buffer(r);
   Slot* slot = slots_[r.index].get();
   slot->bytes = r.buf_bytes;
+  slot->receive = r.buf_receive;
   pool_.wait(slot);  // on_slot_buffer() resumes it
 }
 
@@ -107,7 +111,11 @@ void TcpQueue::run_resumed() {
     reader_ready_ = false;
     auto status = reader_.resume();
     handle_read_status(status);
-    if (!closed_ && !reader_.held() && state_ != State::kClosing) watch(true, want_out_);
+    if (!closed_ && !reader_.held() && state_ != State::kClosing) {
+      watch(true, want_out_);
+      // Plaintext OpenSSL holds announces itself with no socket event: read it now.
+      if (tls_ && tls_->pending()) handle_read_status(reader_.read_from(fd_, 256 * 1024));
+    }
   }
 }
 

@@ -18,7 +18,7 @@ int perf_main(int argc, char** argv) {
   double pg_timeout_us = 50, ctrl_timeout_us = 10;
   bool quiet = false;
   CLI::App app{
-      "NVMe over TCP load generator: closed-loop I/O on one thread, latency "
+      "NVMe over TCP load generator: closed-loop I/O on one or more threads, latency "
       "histogram, CPU and syscall cost, optional data verification."};
   app.name(argv[0]);
   app.add_option("-r,--trid", o.trid_text,
@@ -28,10 +28,32 @@ int perf_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--bs", bs, "I/O size (512, 4k, 128k, ...)")->capture_default_str();
   app.add_option("--qd", o.qd, "commands in flight per queue")->capture_default_str();
-  app.add_option("--queues", o.queues, "I/O queues (one TCP connection each)")
+  app.add_option("--queues", o.queues,
+                 "I/O queues per thread (one TCP connection each with --share none)")
       ->capture_default_str();
+  app.add_option("--threads", o.threads, "submitting threads, each with its own poller")
+      ->capture_default_str();
+  std::string share = "none";
+  app.add_option("--share", share,
+                 "none (a connection per queue), lock (queues share --connections connections "
+                 "through a mutex), sendlist (per-queue lock-free send-lists the connection's "
+                 "owner drains)")
+      ->capture_default_str();
+  app.add_option("--connections", o.connections,
+                 "shared connections with --share lock|sendlist (default 1)");
   app.add_option("--time", o.time_s, "measured seconds")->capture_default_str();
   app.add_option("--warmup", o.warmup_s, "seconds run before measuring")->capture_default_str();
+  std::string buffer_layout = "naive";
+  app.add_option("--buffers", buffer_layout,
+                 "I/O buffer layout: naive (aligned_alloc) or tyche (2 MiB pages, buffers on "
+                 "successive cache colours; see sens target --help); the environment "
+                 "variable SENS_BUFFERS sets it too")
+      ->capture_default_str()
+      ->envname("SENS_BUFFERS");
+  app.add_option("--rate-iops", o.rate_iops,
+                 "cap on I/Os per second over all queues (0: none): latency at a given load, "
+                 "or an almost idle host")
+      ->capture_default_str();
   app.add_flag("--verify", o.verify,
                "write a per-LBA pattern and check every read of a written block (read modes "
                "prefill the region first; write modes read back what they wrote)");
@@ -66,6 +88,21 @@ int perf_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--io-timeout", o.io_timeout_ms, "per-command timeout, ms")->capture_default_str();
   app.add_option("--connect-timeout", o.connect_timeout_ms, "ms")->capture_default_str();
+  app.add_option("--reconnect-delay", o.reconnect_delay_s,
+                 "seconds between reconnect attempts after a lost connection (with "
+                 "--ctrl-loss-tmo)")
+      ->capture_default_str();
+  app.add_option("--ctrl-loss-tmo", o.ctrl_loss_tmo_s,
+                 "seconds I/O waits for a lost controller to reconnect before it fails with a "
+                 "path error (0: a lost connection is an error at once)")
+      ->capture_default_str();
+  app.add_option("--dhchap-secret", o.dhchap_secret,
+                 "DH-HMAC-CHAP host secret (DHHC-1:xx:...:), used when the controller asks");
+  app.add_option("--dhchap-ctrl-secret", o.dhchap_ctrl_secret,
+                 "the controller's DH-HMAC-CHAP secret: authenticate the controller too");
+  app.add_option("--tls", o.tls_psk_file,
+                 "TLS 1.3 with the first PSK of this file (NVMeTLSkey-1:..., nvme gen-tls-key)")
+      ->type_name("PSKFILE");
   app.add_flag("-q,--quiet", quiet, "no progress line every second");
   if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   o.progress = !quiet;
@@ -83,10 +120,13 @@ int perf_main(int argc, char** argv) {
   if (!sz) return usage("--size '" + size + "' is not a size");
   o.size = *sz;
   if (!sens::coalesce::parse_policy(policy, &o.coalesce.policy))
-    return usage("--coalesce '" + policy +
-                 "': expected off, eager, uniform, semantic or adaptive");
+    return usage("--coalesce '" + policy + "': expected off, eager, uniform, semantic or adaptive");
+  if (!sens::parse_share_mode(share, &o.share))
+    return usage("--share '" + share + "': expected none, lock or sendlist");
   if (!sens::parse_poll_mode(poll, &o.poll))
     return usage("--poll '" + poll + "': expected off, adaptive or always");
+  if (!sens::buffers::parse_layout(buffer_layout, &o.buffers))
+    return usage("--buffers '" + buffer_layout + "': expected naive or tyche");
   if (!(o.poll_max_us >= 0) || o.poll_max_us > 1e6)
     return usage("--poll-max-us must be between 0 and 1000000");
   auto pb = sens::parse_size(pg_bytes);

@@ -40,24 +40,56 @@ int run_target(int argc, char** argv) {
   uint64_t pg_timeout_us = 50, ctrl_timeout_us = 10;
   bool verbose = false, quiet = false, dump = false;
   app.add_option("--config", config_file, "JSON file with any of the settings below (README)");
-  app.add_option("--listen", listen, "ADDR:PORT to serve I/O subsystems on (repeatable)")
-      ->type_name("ADDR:PORT");
+  app.add_option("--listen", listen,
+                 "ADDR:PORT to serve I/O subsystems on (repeatable); ,ana=STATE sets the ANA "
+                 "state of every group there (optimized, non-optimized, inaccessible, "
+                 "persistent-loss, change), ,ana.GROUP=STATE one group's; SIGHUP re-reads "
+                 "them from --config")
+      ->type_name("ADDR:PORT[,ana=STATE]");
   app.add_option("--discovery-port", cli.discovery_port,
                  "port of the discovery controller on each listen address; 0 turns it off")
       ->default_val(8009);
   app.add_option("--nqn", nqn, "subsystem NQN")->default_str(target::kDefaultNqn);
+  std::vector<std::string> tls_listen;
+  app.add_option("--tls-listen", tls_listen,
+                 "ADDR:PORT of a TLS 1.3 listener (NVMe/TCP 1.1; repeatable); needs --tls")
+      ->type_name("ADDR:PORT");
+  app.add_option("--tls", cli.tls_psk_file,
+                 "PSK file: NVMeTLSkey-1:xx:...: keys (nvme gen-tls-key), one per line")
+      ->type_name("PSKFILE");
   app.add_option("--ns", namespaces,
                  "namespace backend, repeatable: ram:SIZE (memory), file:PATH (file or block "
-                 "device, O_DIRECT via io_uring), null:SIZE (discards writes, reads zeroes)")
+                 "device, O_DIRECT via io_uring), null:SIZE (discards writes, reads zeroes), "
+                 "rbd:POOL/IMAGE[,conf=PATH][,id=NAME][,timeout=S][,op_timeout=S][,qd=N] (Ceph RBD "
+                 "image via librbd); options ,uuid=UUID ,nguid=HEX32 (identity) ,anagrpid=N (ANA "
+                 "group 1..32)")
       ->type_name("KIND:ARG");
   app.add_option("--allow-host", hosts, "host NQN allowed to connect (repeatable; default: any)");
+  std::vector<std::string> host_keys, ctrl_keys;
+  std::string dhchap_hash, dhchap_dhgroup;
+  app.add_option("--host-key", host_keys,
+                 "NQN=DHHC-1:xx:...: the host's DH-HMAC-CHAP secret (nvme gen-dhchap-key); "
+                 "the host must authenticate and is allowed (repeatable)")
+      ->type_name("NQN=SECRET");
+  app.add_option("--ctrl-key", ctrl_keys,
+                 "NQN=DHHC-1:xx:...: the controller's secret for that host, which lets the "
+                 "host authenticate the target too (bidirectional; repeatable)")
+      ->type_name("NQN=SECRET");
+  app.add_option("--dhchap-hash", dhchap_hash,
+                 "DH-HMAC-CHAP hash functions accepted, preferred first")
+      ->default_str("sha256,sha384,sha512");
+  app.add_option("--dhchap-dhgroup", dhchap_dhgroup,
+                 "DH groups accepted, preferred first (null: no DH exchange)")
+      ->default_str("null,ffdhe2048,ffdhe3072,ffdhe4096,ffdhe6144,ffdhe8192");
   app.add_option("--inline-data", inline_data, "in-capsule data bytes on I/O queues")
       ->default_str("8192");
   app.add_option("--max-h2c-data", max_h2c, "largest H2CData payload accepted (ICResp maxh2cdata)")
       ->default_str("128k");
   app.add_option("--max-io", max_io, "largest I/O (MDTS)")->default_str("128k");
   app.add_option("--queue-size", cli.queue_size, "entries per queue (CAP.MQES + 1)")
-      ->default_val(128);
+      ->default_val(1024);
+  app.add_option("--max-io-queues", cli.max_io_queues, "I/O queues one controller may create")
+      ->default_val(64);
   app.add_option("--cores", cli.cores, "reactor threads (one per core)")->default_val(1);
   app.add_option("--pin", cli.first_core, "pin reactor i to core PIN + i")->default_val(-1);
   app.add_option("--poll", poll,
@@ -94,6 +126,18 @@ int run_target(int argc, char** argv) {
                  "I/O buffer memory per reactor: bounds the data in flight; commands wait "
                  "for a buffer when it is all in use")
       ->default_str("256M");
+  std::string buffer_layout = "naive", receive_budget = "0";
+  app.add_option("--buffers", buffer_layout,
+                 "I/O buffer layout: naive (aligned_alloc, 4 KiB pages) or tyche (2 MiB pages, "
+                 "buffers placed on successive cache colours, R2T data throttled to a "
+                 "cache-sized budget); the environment variable SENS_BUFFERS sets it too")
+      ->default_str("naive")
+      ->envname("SENS_BUFFERS")
+      ->check(CLI::IsMember({"naive", "tyche"}));
+  app.add_option("--receive-budget", receive_budget,
+                 "tyche: bytes of R2T write data in flight per reactor; over it R2Ts wait "
+                 "(0: half the L2 plus this core's share of the L3)")
+      ->default_str("0");
   app.add_option("--stats-json", cli.stats_json,
                  "write the coalescing counters here at exit and on SIGUSR1");
   app.add_flag("--dump-config", dump, "print the effective configuration as JSON and exit");
@@ -112,6 +156,7 @@ int run_target(int argc, char** argv) {
   auto given = [&](const char* name) { return config_file.empty() || app.count(name) > 0; };
   if (given("--discovery-port")) cfg.discovery_port = cli.discovery_port;
   if (given("--queue-size")) cfg.queue_size = cli.queue_size;
+  if (given("--max-io-queues")) cfg.max_io_queues = cli.max_io_queues;
   if (given("--cores")) cfg.cores = cli.cores;
   if (given("--pin")) cfg.first_core = cli.first_core;
   if (given("--poll")) parse_poll_mode(poll, &cfg.poll);
@@ -126,6 +171,16 @@ int run_target(int argc, char** argv) {
       return 2;
     }
     cfg.buffer_pool = *v;
+  }
+  if (given("--buffers")) buffers::parse_layout(buffer_layout, &cfg.buffers);
+  if (given("--receive-budget")) {
+    auto v = parse_size(receive_budget);
+    if (!v) {
+      std::fprintf(stderr, "sens target: --receive-budget: '%s' is not a size (e.g. 4M)\n",
+                   receive_budget.c_str());
+      return 2;
+    }
+    cfg.receive_budget = *v;
   }
   if (given("--pg-pdus")) cfg.coalesce.pdus = cli.coalesce.pdus;
   if (given("--ctrl-pdus")) cfg.coalesce.ctrl_pdus = cli.coalesce.ctrl_pdus;
@@ -149,6 +204,18 @@ int run_target(int argc, char** argv) {
   if (given("--coalesce")) coalesce::parse_policy(policy, &cfg.coalesce.policy);
   if (given("--pg-timeout-us")) cfg.coalesce.timeout = Nanos(pg_timeout_us) * kMicro;
   if (given("--ctrl-timeout-us")) cfg.coalesce.ctrl_timeout = Nanos(ctrl_timeout_us) * kMicro;
+  if (app.count("--tls")) cfg.tls_psk_file = cli.tls_psk_file;
+  if (!tls_listen.empty()) {
+    cfg.tls_listen.clear();
+    for (auto& l : tls_listen) {
+      target::ListenAddress a;
+      if (!target::parse_listen(l, &a, &error)) {
+        std::fprintf(stderr, "sens target: --tls-listen: %s\n", error.c_str());
+        return 2;
+      }
+      cfg.tls_listen.push_back(a);
+    }
+  }
   if (!listen.empty()) {
     cfg.listen.clear();
     for (auto& l : listen) {
@@ -160,7 +227,28 @@ int run_target(int argc, char** argv) {
       cfg.listen.push_back(a);
     }
   }
-  if (!nqn.empty() || !namespaces.empty() || !hosts.empty()) {
+  if (!dhchap_hash.empty() && !target::parse_hash_list(dhchap_hash, &cfg.dhchap_hashes, &error)) {
+    std::fprintf(stderr, "sens target: --dhchap-hash: %s\n", error.c_str());
+    return 2;
+  }
+  if (!dhchap_dhgroup.empty() &&
+      !target::parse_dhgroup_list(dhchap_dhgroup, &cfg.dhchap_dhgroups, &error)) {
+    std::fprintf(stderr, "sens target: --dhchap-dhgroup: %s\n", error.c_str());
+    return 2;
+  }
+  std::vector<std::pair<std::string, std::string>> parsed_host_keys, parsed_ctrl_keys;
+  for (auto* list : {&host_keys, &ctrl_keys})
+    for (auto& text : *list) {
+      std::pair<std::string, std::string> kv;
+      if (!target::parse_host_key(text, &kv, &error)) {
+        std::fprintf(stderr, "sens target: %s: %s\n",
+                     list == &host_keys ? "--host-key" : "--ctrl-key", error.c_str());
+        return 2;
+      }
+      (list == &host_keys ? parsed_host_keys : parsed_ctrl_keys).push_back(kv);
+    }
+  if (!nqn.empty() || !namespaces.empty() || !hosts.empty() || !host_keys.empty() ||
+      !ctrl_keys.empty()) {
     if (cfg.subsystems.size() > 1) {
       std::fprintf(stderr,
                    "sens target: --nqn/--ns/--allow-host describe one subsystem; the config "
@@ -172,6 +260,8 @@ int run_target(int argc, char** argv) {
     if (!nqn.empty()) s.nqn = nqn;
     if (!namespaces.empty()) s.namespaces = namespaces;
     if (!hosts.empty()) s.allowed_hosts = hosts;
+    if (!parsed_host_keys.empty()) s.host_keys = parsed_host_keys;
+    if (!parsed_ctrl_keys.empty()) s.ctrl_keys = parsed_ctrl_keys;
   }
   target::apply_defaults(cfg);
   error = target::validate(cfg);
@@ -190,6 +280,7 @@ int run_target(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -220,11 +311,16 @@ int run_target(int argc, char** argv) {
       std::printf("  namespace %u: %s, %llu blocks of %u bytes\n", ns->nsid,
                   ns->device->describe().c_str(), static_cast<unsigned long long>(ns->blocks),
                   1u << ns->block_shift);
+    for (auto& [host, keys] : s->host_auth)
+      std::printf("  host %s authenticates (DH-HMAC-CHAP%s)\n", host.c_str(),
+                  keys.ctrl_key.empty() ? "" : ", bidirectional on request");
   }
   const target::Target::Bound* first_io = nullptr;
   for (auto& b : t.bound()) {
     std::printf("listening on %s:%u (%s)\n", b.host.c_str(), b.port,
-                b.discovery ? "discovery" : "I/O");
+                b.discovery ? "discovery"
+                : b.tls     ? "I/O, TLS 1.3"
+                            : "I/O");
     if (!b.discovery && !first_io) first_io = &b;
   }
   std::printf(
@@ -234,6 +330,15 @@ int run_target(int argc, char** argv) {
       static_cast<long long>(cfg.coalesce.timeout / kMicro), cfg.coalesce.ctrl_pdus,
       static_cast<long long>(cfg.coalesce.ctrl_timeout / kMicro), cfg.coalesce.bytes,
       poll_mode_name(cfg.poll), static_cast<unsigned long long>(cfg.poll_max_us), cfg.cores);
+  if (cfg.buffers == buffers::Layout::kTyche) {
+    const auto& pool = t.context(0).pool;
+    std::printf(
+        "buffers: tyche, %s pages, caches %s, 64 KiB buffers %llu bytes apart, R2T data "
+        "budget %s per reactor\n",
+        pool.page_kind(), t.cache_geometry().describe().c_str(),
+        static_cast<unsigned long long>(pool.stride_of_class(64 * 1024)),
+        format_size(pool.receive_budget()).c_str());
+  }
   if (first_io) {
     std::printf("connect with:\n  nvme connect -t tcp -a %s -s %u -n %s\n", first_io->host.c_str(),
                 first_io->port, cfg.subsystems[0].nqn.c_str());
@@ -245,6 +350,21 @@ int run_target(int argc, char** argv) {
   for (;;) {
     int sig = 0;
     sigwait(&set, &sig);
+    if (sig == SIGHUP) {
+      // Run-time ANA: the listeners' ana= options of the config file, re-read.
+      if (config_file.empty()) {
+        LOG_WARN("SIGHUP: no --config file to re-read; ANA states unchanged");
+        continue;
+      }
+      target::TargetConfig fresh;
+      std::string why;
+      if (!target::load_json(config_file, &fresh, &why)) {
+        LOG_WARN("SIGHUP: %s; ANA states unchanged", why.c_str());
+        continue;
+      }
+      for (auto& line : t.reload_ana(fresh)) LOG_INFO("SIGHUP: %s", line.c_str());
+      continue;
+    }
     if (sig == SIGUSR1) {
       if (!write_stats(t, cfg.stats_json))
         LOG_WARN("cannot write %s", cfg.stats_json.c_str());

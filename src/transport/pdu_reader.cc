@@ -7,33 +7,95 @@
 #include <cstring>
 
 #include "common/crc32c.h"
+#include "transport/tls.h"
 
 namespace sens::transport {
 
 PduReader::PduReader(pdu::Receiver receiver, Sink& sink, size_t staging_bytes)
-    : receiver_(receiver), sink_(sink), staging_(staging_bytes) {}
+    : receiver_(receiver), sink_(sink), owned_(staging_bytes) {
+  stg_ = owned_.data();
+  stg_size_ = owned_.size();
+}
 
 void PduReader::set_staging(size_t bytes) {
-  if (rd_ > 0) {
-    std::memmove(staging_.data(), staging_.data() + rd_, wr_ - rd_);
-    wr_ -= rd_;
-    rd_ = 0;
-  }
-  if (bytes < wr_) bytes = wr_;
-  staging_.resize(bytes);
-  staging_.shrink_to_fit();
+  if (bytes < wr_ - rd_) bytes = wr_ - rd_;
+  std::vector<uint8_t> next(bytes);
+  std::memcpy(next.data(), stg_ + rd_, wr_ - rd_);
+  wr_ -= rd_;
+  rd_ = 0;
+  owned_.swap(next);
+  stg_ = owned_.data();
+  stg_size_ = owned_.size();
+}
+
+bool PduReader::use_staging(uint8_t* mem, size_t bytes) {
+  if (!mem || bytes < wr_ - rd_) return false;
+  std::memmove(mem, stg_ + rd_, wr_ - rd_);
+  wr_ -= rd_;
+  rd_ = 0;
+  stg_ = mem;
+  stg_size_ = bytes;
+  owned_.clear();
+  owned_.shrink_to_fit();
+  return true;
 }
 
 void PduReader::set_payload_target(void* dst, uint32_t len) {
-  payload_ = static_cast<uint8_t*>(dst);
+  if (!dst) {
+    piov_ = nullptr;
+  } else {
+    one_ = {dst, len};
+    piov_ = &one_;
+    piovcnt_ = 1;
+    pidx_ = 0;
+    poff_ = 0;
+  }
   payload_len_ = len;
+}
+
+void PduReader::set_payload_target(const iovec* iov, int iovcnt, size_t skip, uint32_t len) {
+  piov_ = iov;
+  piovcnt_ = iovcnt;
+  pidx_ = 0;
+  poff_ = 0;
+  payload_len_ = len;
+  while (pidx_ < piovcnt_ && skip >= piov_[pidx_].iov_len) skip -= piov_[pidx_++].iov_len;
+  poff_ = skip;
+  if (pidx_ == piovcnt_) piov_ = nullptr;  // nowhere to put it (the sink checked: not reached)
+}
+
+void PduReader::scatter_copy(const uint8_t* src, size_t n) {
+  while (n > 0 && pidx_ < piovcnt_) {
+    const iovec& v = piov_[pidx_];
+    const size_t k = std::min(v.iov_len - poff_, n);
+    std::memcpy(static_cast<uint8_t*>(v.iov_base) + poff_, src, k);
+    src += k;
+    n -= k;
+    poff_ += k;
+    if (poff_ == v.iov_len) {
+      ++pidx_;
+      poff_ = 0;
+    }
+  }
+}
+
+void PduReader::scatter_advance(size_t n) {
+  while (n > 0 && pidx_ < piovcnt_) {
+    const size_t k = std::min(piov_[pidx_].iov_len - poff_, n);
+    n -= k;
+    poff_ += k;
+    if (poff_ == piov_[pidx_].iov_len) {
+      ++pidx_;
+      poff_ = 0;
+    }
+  }
 }
 
 void PduReader::reset_header() {
   state_ = State::kHeader;
   header_have_ = 0;
   header_need_ = sizeof(pdu::CommonHeader);
-  payload_ = nullptr;
+  piov_ = nullptr;
   payload_len_ = payload_have_ = 0;
   digest_have_ = 0;
   ++counters_.pdus;
@@ -54,7 +116,7 @@ PduReader::Status PduReader::finish_header() {
     sink_.on_pdu_error(big, header_, ch.hlen);
     return Status::kStopped;
   }
-  payload_ = nullptr;
+  piov_ = nullptr;
   payload_len_ = 0;
   if (!sink_.on_pdu_header(ch, layout_)) return Status::kStopped;
   if (held_) {  // the header stays in header_ (state kHeader, complete) until resume()
@@ -66,7 +128,7 @@ PduReader::Status PduReader::finish_header() {
     return Status::kOk;
   }
   // The sink names where the payload goes; anything else is read and dropped.
-  if (payload_len_ != layout_.data_len) payload_ = nullptr;
+  if (payload_len_ != layout_.data_len) piov_ = nullptr;
   payload_len_ = layout_.data_len;
   payload_have_ = 0;
   skip_ = layout_.data_offset - layout_.header_len;
@@ -90,7 +152,7 @@ PduReader::Status PduReader::payload_arrived() {
 PduReader::Status PduReader::process() {
   while (rd_ < wr_) {
     size_t avail = wr_ - rd_;
-    const uint8_t* src = staging_.data() + rd_;
+    const uint8_t* src = stg_ + rd_;
     switch (state_) {
       case State::kHeader: {
         uint32_t take = uint32_t(std::min<size_t>(header_need_ - header_have_, avail));
@@ -123,8 +185,8 @@ PduReader::Status PduReader::process() {
           break;
         }
         uint32_t take = uint32_t(std::min<size_t>(payload_len_ - payload_have_, avail));
-        if (payload_) {
-          std::memcpy(payload_ + payload_have_, src, take);
+        if (piov_) {
+          scatter_copy(src, take);
           counters_.copied_payload_bytes += take;
         }
         if (layout_.trailer_len) crc_ = crc32c_update(crc_, src, take);
@@ -167,15 +229,15 @@ PduReader::Status PduReader::feed(const uint8_t* data, size_t len) {
   if (held_) return Status::kHeld;
   while (len > 0) {
     if (rd_ == wr_) rd_ = wr_ = 0;
-    size_t room = staging_.size() - wr_;
+    size_t room = stg_size_ - wr_;
     if (room == 0) {
-      std::memmove(staging_.data(), staging_.data() + rd_, wr_ - rd_);
+      std::memmove(stg_, stg_ + rd_, wr_ - rd_);
       wr_ -= rd_;
       rd_ = 0;
-      room = staging_.size() - wr_;
+      room = stg_size_ - wr_;
     }
     size_t n = std::min(room, len);
-    std::memcpy(staging_.data() + wr_, data, n);
+    std::memcpy(stg_ + wr_, data, n);
     wr_ += n;
     data += n;
     len -= n;
@@ -185,32 +247,95 @@ PduReader::Status PduReader::feed(const uint8_t* data, size_t len) {
   return Status::kOk;
 }
 
-PduReader::Status PduReader::read_from(int fd, size_t budget) {
-  if (held_) return Status::kHeld;
+PduReader::Status PduReader::read_tls(size_t budget) {
   size_t total = 0;
-  while (total < budget) {
+  // Past the budget, plaintext OpenSSL already holds is read too: no socket event would
+  // announce it.
+  while (total < budget || tls_->pending()) {
     if (rd_ == wr_) rd_ = wr_ = 0;
-    bool direct = state_ == State::kPayload && skip_ == 0 && rd_ == wr_ && payload_ &&
-                  payload_have_ < payload_len_;
-    iovec iov[2];
-    int iovcnt;
-    size_t direct_len = 0;
-    if (direct) {
-      // The rest of the payload lands in place; whatever follows it lands in staging.
-      direct_len = payload_len_ - payload_have_;
-      iov[0] = {payload_ + payload_have_, direct_len};
-      iov[1] = {staging_.data(), staging_.size()};
-      iovcnt = 2;
+    // Empty segments of the caller's list take no bytes: step over them.
+    while (piov_ && pidx_ < piovcnt_ && poff_ == piov_[pidx_].iov_len) {
+      ++pidx_;
+      poff_ = 0;
+    }
+    const bool direct = state_ == State::kPayload && skip_ == 0 && rd_ == wr_ && piov_ &&
+                        pidx_ < piovcnt_ && payload_have_ < payload_len_;
+    uint8_t* dst;
+    size_t want;
+    if (direct) {  // decrypted straight into the payload's place (its current segment)
+      dst = static_cast<uint8_t*>(piov_[pidx_].iov_base) + poff_;
+      want = std::min<size_t>(piov_[pidx_].iov_len - poff_, payload_len_ - payload_have_);
     } else {
-      if (wr_ == staging_.size()) {  // compact: keep the unread tail at the front
-        std::memmove(staging_.data(), staging_.data() + rd_, wr_ - rd_);
+      if (wr_ == stg_size_) {
+        std::memmove(stg_, stg_ + rd_, wr_ - rd_);
         wr_ -= rd_;
         rd_ = 0;
       }
-      iov[0] = {staging_.data() + wr_, staging_.size() - wr_};
+      dst = stg_ + wr_;
+      want = stg_size_ - wr_;
+    }
+    TlsChannel::Io io;
+    size_t n = tls_->read(dst, want, &io);
+    ++counters_.recv_calls;
+    if (n == 0) {
+      if (io == TlsChannel::Io::kWantRead || io == TlsChannel::Io::kWantWrite)
+        return Status::kWouldBlock;
+      if (io == TlsChannel::Io::kClosed) return Status::kClosed;
+      errno = EPROTO;
+      return Status::kError;
+    }
+    counters_.bytes += n;
+    total += n;
+    if (direct) {
+      if (layout_.trailer_len) crc_ = crc32c_update(crc_, dst, n);
+      scatter_advance(n);
+      payload_have_ += uint32_t(n);
+      if (payload_have_ == payload_len_) {
+        Status s = payload_arrived();
+        if (s != Status::kOk) return s;
+      }
+    } else {
+      wr_ += n;
+    }
+    Status s = process();
+    if (s != Status::kOk) return s;
+  }
+  return Status::kOk;
+}
+
+PduReader::Status PduReader::read_from(int fd, size_t budget) {
+  if (held_) return Status::kHeld;
+  if (tls_) return read_tls(budget);
+  size_t total = 0;
+  while (total < budget) {
+    if (rd_ == wr_) rd_ = wr_ = 0;
+    bool direct = state_ == State::kPayload && skip_ == 0 && rd_ == wr_ && piov_ &&
+                  payload_have_ < payload_len_;
+    iovec iov[kMaxDirect + 1];
+    int iovcnt = 0;
+    size_t direct_len = 0, asked = 0;
+    if (direct) {
+      // The rest of the payload lands in place; whatever follows it lands in staging.
+      size_t left = payload_len_ - payload_have_;
+      size_t off = poff_;
+      for (int i = pidx_; i < piovcnt_ && left > 0 && iovcnt < kMaxDirect; ++i) {
+        const size_t k = std::min(piov_[i].iov_len - off, left);
+        iov[iovcnt++] = {static_cast<uint8_t*>(piov_[i].iov_base) + off, k};
+        left -= k;
+        direct_len += k;
+        off = 0;
+      }
+      iov[iovcnt++] = {stg_, stg_size_};
+    } else {
+      if (wr_ == stg_size_) {  // compact: keep the unread tail at the front
+        std::memmove(stg_, stg_ + rd_, wr_ - rd_);
+        wr_ -= rd_;
+        rd_ = 0;
+      }
+      iov[0] = {stg_ + wr_, stg_size_ - wr_};
       iovcnt = 1;
     }
-    size_t asked = iov[0].iov_len + (iovcnt == 2 ? iov[1].iov_len : 0);
+    for (int i = 0; i < iovcnt; ++i) asked += iov[i].iov_len;
     ssize_t n = readv(fd, iov, iovcnt);
     ++counters_.recv_calls;
     if (n == 0) return Status::kClosed;
@@ -222,8 +347,16 @@ PduReader::Status PduReader::read_from(int fd, size_t budget) {
     counters_.bytes += size_t(n);
     total += size_t(n);
     if (direct) {
-      size_t landed = std::min(size_t(n), direct_len);
-      if (layout_.trailer_len) crc_ = crc32c_update(crc_, payload_ + payload_have_, landed);
+      const size_t landed = std::min(size_t(n), direct_len);
+      if (layout_.trailer_len) {
+        size_t left = landed;
+        for (int i = 0; left > 0; ++i) {
+          const size_t k = std::min(iov[i].iov_len, left);
+          crc_ = crc32c_update(crc_, iov[i].iov_base, k);
+          left -= k;
+        }
+      }
+      scatter_advance(landed);
       payload_have_ += uint32_t(landed);
       wr_ = size_t(n) - landed;
       if (payload_have_ == payload_len_) {

@@ -12,6 +12,8 @@
 
 namespace sens::transport {
 
+class TlsChannel;
+
 struct RecvCounters {
   uint64_t recv_calls = 0;  // readv() calls, EAGAIN included
   uint64_t bytes = 0;
@@ -45,13 +47,23 @@ class PduReader {
   void set_digests(pdu::Digests d) { digests_ = d; }
   void set_max_plen(uint32_t max_plen) { max_plen_ = max_plen; }
   void set_after_ic(bool v) { after_ic_ = v; }
+  // Reads through TLS from now on (null: plain readv).
+  void set_tls(TlsChannel* tls) { tls_ = tls; }
   // Grows (or shrinks) the staging buffer, keeping what it holds unread.
   void set_staging(size_t bytes);
+  // Stages into the caller's `bytes` at `mem` from now on (a cache-coloured buffer), keeping
+  // what is unread; the caller keeps it alive while this reader uses it. False (nothing
+  // changes) if it cannot hold what is unread.
+  bool use_staging(uint8_t* mem, size_t bytes);
+  const uint8_t* staging() const { return stg_; }
   pdu::Digests digests() const { return digests_; }
 
   // Directs the current PDU's payload to [dst, dst + len). Called from on_pdu_header(). A
   // null `dst` discards the payload (it is still digest-checked when data digests are on).
   void set_payload_target(void* dst, uint32_t len);
+  // The same into a scattered buffer: the payload lands at byte `skip` of the list `iov`
+  // (which must hold skip + len bytes and stay valid until the payload has arrived).
+  void set_payload_target(const iovec* iov, int iovcnt, size_t skip, uint32_t len);
 
   // Called from on_pdu_header(): the sink cannot take this PDU yet (e.g. no buffer for its
   // payload). The header is kept and delivered again by resume(); until then the reader
@@ -75,6 +87,7 @@ class PduReader {
   Status process();  // consumes staging
   Status finish_header();
   Status payload_arrived();  // after the payload's last byte
+  Status read_tls(size_t budget);
   void reset_header();
 
   pdu::Receiver receiver_;
@@ -82,17 +95,28 @@ class PduReader {
   pdu::Digests digests_;
   uint32_t max_plen_ = 1u << 20;
   bool after_ic_ = false;
+  TlsChannel* tls_ = nullptr;
 
-  std::vector<uint8_t> staging_;
-  size_t rd_ = 0, wr_ = 0;  // unread bytes are staging_[rd_, wr_)
+  std::vector<uint8_t> owned_;  // the staging buffer unless use_staging() gave another
+  uint8_t* stg_ = nullptr;
+  size_t stg_size_ = 0;
+  size_t rd_ = 0, wr_ = 0;  // unread bytes are stg_[rd_, wr_)
 
   State state_ = State::kHeader;
   alignas(8) uint8_t header_[pdu::kMaxHlen + pdu::kDigestLen];
   pdu::Layout layout_{};
   uint32_t header_have_ = 0;
   uint32_t header_need_ = 8;
-  uint32_t skip_ = 0;           // padding bytes between header and payload still to drop
-  uint8_t* payload_ = nullptr;  // null: discard
+  uint32_t skip_ = 0;  // padding bytes between header and payload still to drop
+  // Where the payload goes: a cursor into an iovec list (one_ for a contiguous target); a
+  // null list discards it.
+  void scatter_copy(const uint8_t* src, size_t n);
+  void scatter_advance(size_t n);
+  static constexpr int kMaxDirect = 16;  // payload segments read in place by one readv
+  iovec one_{};
+  const iovec* piov_ = nullptr;
+  int piovcnt_ = 0, pidx_ = 0;
+  size_t poff_ = 0;
   uint32_t payload_len_ = 0, payload_have_ = 0;
   uint32_t crc_ = 0;
   uint8_t digest_[4];

@@ -2,10 +2,12 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <algorithm>
 #include <cstring>
+
+#include "transport/tls.h"
 
 namespace sens::transport {
 
@@ -42,7 +44,8 @@ void SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
   const Policy policy = scheduler_.config().policy;
   // Socket full: a control PDU (it unblocks the peer) overtakes PDUs still waiting, under the
   // policies that know PDU classes.
-  const bool overtake = blocked_ && cls == coalesce::PduClass::kControl &&
+  // Not over TLS: the queue's head is already gathered (and partly encrypted) in order.
+  const bool overtake = blocked_ && !tls_ && cls == coalesce::PduClass::kControl &&
                         (policy == Policy::kSemantic || policy == Policy::kAdaptive);
   size_t at = overtake ? control_slot() : iov_.size();
   const size_t first = at;
@@ -85,7 +88,7 @@ size_t SendQueue::control_slot() const {
 
 void SendQueue::on_pass_end() {
   if (dead_) return;
-  FlushReason reason = scheduler_.on_pass_end(reactor_.busy_fraction());
+  FlushReason reason = scheduler_.on_pass_end(reactor_.busy_fraction(), owner_.pdus_in_progress());
   if (reason == FlushReason::kNone) return;  // held (adaptive): the timer or the next PDU
   commit(reason);
   send_committed();
@@ -111,6 +114,8 @@ void SendQueue::shutdown() {
   iov_.clear();
   head_ = committed_ = head_offset_ = control_end_ = 0;
   queued_bytes_ = 0;
+  tls_buf_.clear();
+  tls_off_ = 0;
 }
 
 void SendQueue::snapshot_waiting() {
@@ -153,10 +158,73 @@ void SendQueue::on_timer() {
   }
 }
 
+void SendQueue::account_sent(size_t sent) {
+  counters_.bytes += sent;
+  queued_bytes_ -= sent;
+  size_t left = sent;
+  // Completion callbacks may enqueue more PDUs; they only append, so indices stay valid.
+  while (left > 0) {
+    Entry& e = iov_[head_];
+    size_t rest = e.iov.iov_len - head_offset_;
+    if (left < rest) {
+      head_offset_ += left;
+      break;
+    }
+    left -= rest;
+    head_offset_ = 0;
+    SentCallback cb = e.sent;
+    ++head_;
+    if (cb.fn) cb.fn(cb.ctx, cb.arg);
+  }
+}
+
+bool SendQueue::send_tls(size_t* sent, size_t* want) {
+  constexpr size_t kGather = 256 * 1024;  // plaintext per SSL write, at most
+  // The gathered bytes are kept until all have left: a write that must be retried passes the
+  // same bytes again, and each record's worth is copied once.
+  if (tls_off_ == tls_buf_.size()) {
+    tls_buf_.clear();
+    tls_off_ = 0;
+    for (size_t i = head_; i < committed_ && tls_buf_.size() < kGather; ++i) {
+      const iovec& v = iov_[i].iov;
+      size_t off = i == head_ ? head_offset_ : 0;
+      const auto* p = static_cast<const uint8_t*>(v.iov_base) + off;
+      tls_buf_.insert(tls_buf_.end(), p, p + (v.iov_len - off));
+    }
+  }
+  *want = tls_buf_.size() - tls_off_;
+  TlsChannel::Io io;
+  *sent = tls_->write(tls_buf_.data() + tls_off_, *want, &io);
+  tls_off_ += *sent;
+  ++counters_.sendmsg_calls;
+  ++scheduler_.stats().send_calls;
+  if (*sent > 0) return true;
+  if (io == TlsChannel::Io::kWantWrite || io == TlsChannel::Io::kWantRead) {
+    ++counters_.eagain;
+    blocked_ = true;
+    snapshot_waiting();
+    owner_.want_writable(true);
+    return false;
+  }
+  dead_ = true;
+  in_send_ = false;
+  owner_.on_send_error(EPIPE);
+  return false;
+}
+
 void SendQueue::send_committed() {
   if (in_send_ || blocked_ || dead_) return;  // the running loop (or EPOLLOUT) picks it up
   in_send_ = true;
   while (head_ < committed_ && !blocked_ && !dead_) {
+    if (tls_) {
+      size_t sent = 0, want = 0;
+      if (!send_tls(&sent, &want)) {
+        if (dead_) return;
+        break;
+      }
+      account_sent(sent);  // a record (or more) left; the loop writes the rest
+      continue;
+    }
     scratch_.clear();
     size_t end = committed_;
     if (end - head_ > IOV_MAX) end = head_ + IOV_MAX;
@@ -190,23 +258,7 @@ void SendQueue::send_committed() {
       owner_.on_send_error(errno);
       return;
     }
-    counters_.bytes += size_t(sent);
-    queued_bytes_ -= size_t(sent);
-    size_t left = size_t(sent);
-    // Completion callbacks may enqueue more PDUs; they only append, so indices stay valid.
-    while (left > 0) {
-      Entry& e = iov_[head_];
-      size_t rest = e.iov.iov_len - head_offset_;
-      if (left < rest) {
-        head_offset_ += left;
-        break;
-      }
-      left -= rest;
-      head_offset_ = 0;
-      SentCallback cb = e.sent;
-      ++head_;
-      if (cb.fn) cb.fn(cb.ctx, cb.arg);
-    }
+    account_sent(size_t(sent));
     if (size_t(sent) < want) {  // the socket buffer is full: wait for EPOLLOUT
       blocked_ = true;
       snapshot_waiting();

@@ -12,6 +12,8 @@
 
 namespace sens::transport {
 
+class TlsChannel;
+
 // Called once every byte of a PDU has been handed to the kernel, so the PDU's header slot and
 // payload buffer may be reused.
 struct SentCallback {
@@ -36,6 +38,9 @@ class SendQueue final : public PassEndHandler {
     virtual ~Owner() = default;
     virtual void want_writable(bool on) = 0;
     virtual void on_send_error(int err) = 0;
+    // Work under way that will queue PDUs without this connection's pending ones leaving
+    // first (the adaptive policy holds a group only for arrivals that can come).
+    virtual uint32_t pdus_in_progress() const { return UINT32_MAX; }
   };
 
   SendQueue(Reactor& reactor, const coalesce::Config& config, Owner& owner);
@@ -44,6 +49,9 @@ class SendQueue final : public PassEndHandler {
   SendQueue& operator=(const SendQueue&) = delete;
 
   void set_fd(int fd) { fd_ = fd; }
+  // Sends through TLS from now on: each send gathers the committed PDUs into one buffer
+  // written with one SSL write, so a coalesced group leaves in shared records.
+  void set_tls(TlsChannel* tls) { tls_ = tls; }
   // Changes the policy (e.g. an admin queue that must never delay: Policy::kOff).
   void set_config(const coalesce::Config& config);
 
@@ -88,6 +96,9 @@ class SendQueue final : public PassEndHandler {
   void snapshot_waiting();  // the socket is full: copies every changeable iovec still queued
   void commit(coalesce::FlushReason reason);
   void send_committed();
+  // One gathered SSL write; false when the loop must stop (blocked or dead).
+  bool send_tls(size_t* sent, size_t* want);
+  void account_sent(size_t sent);  // runs the callbacks of the PDUs now fully sent
   void rearm_timer();
   void on_timer();
 
@@ -104,8 +115,11 @@ class SendQueue final : public PassEndHandler {
   bool blocked_ = false;  // waiting for EPOLLOUT
   bool in_send_ = false;  // re-entrancy guard: callbacks may enqueue
   bool dead_ = false;
-  size_t control_end_ = 0;  // end of the control PDUs moved to the front (socket full)
+  size_t control_end_ = 0;      // end of the control PDUs moved to the front (socket full)
   std::vector<iovec> scratch_;  // the iovec array handed to sendmsg
+  TlsChannel* tls_ = nullptr;
+  std::vector<uint8_t> tls_buf_;  // gathered plaintext from the head of the queue
+  size_t tls_off_ = 0;            // of which this much has been written
   SendCounters counters_;
 };
 

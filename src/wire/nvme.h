@@ -33,8 +33,8 @@ inline constexpr uint16_t kSuccess = 0x000, kInvalidOpcode = 0x001, kInvalidFiel
                           kAbortRequested = 0x007, kSglInvalidCount = 0x00E,
                           kSglInvalidDataLength = 0x00F, kSglInvalidType = 0x011,
                           kSglInvalidOffset = 0x016, kCmdSeqError = 0x00C,
-                          kInvalidNamespace = 0x00B, kLbaOutOfRange = 0x080, kCapacityExceeded = 0x081,
-                          kNsNotReady = 0x082;
+                          kInvalidNamespace = 0x00B, kLbaOutOfRange = 0x080,
+                          kCapacityExceeded = 0x081, kNsNotReady = 0x082;
 // command specific (SCT 1)
 inline constexpr uint16_t kInvalidQueueId = 0x101, kInvalidQueueSize = 0x102,
                           kAsyncEventLimit = 0x105, kInvalidLogPage = 0x109,
@@ -42,7 +42,7 @@ inline constexpr uint16_t kInvalidQueueId = 0x101, kInvalidQueueSize = 0x102,
 // fabrics command specific (SCT 1)
 inline constexpr uint16_t kConnectIncompatibleFormat = 0x180, kConnectControllerBusy = 0x181,
                           kConnectInvalidParam = 0x182, kConnectRestartDiscovery = 0x183,
-                          kConnectInvalidHost = 0x184;
+                          kConnectInvalidHost = 0x184, kAuthRequired = 0x191;
 // media errors (SCT 2)
 inline constexpr uint16_t kWriteFault = 0x280, kUnrecoveredReadError = 0x281;
 inline constexpr uint16_t kDnr = 0x4000;  // do-not-retry, in the (status << 1) field
@@ -271,7 +271,9 @@ static_assert(sizeof(DiscoveryLogHeader) == 1024);
 inline constexpr uint8_t kTrtypeTcp = 3;
 inline constexpr uint8_t kAdrfamIpv4 = 1, kAdrfamIpv6 = 2;
 inline constexpr uint8_t kSubtypeReferral = 1, kSubtypeNvme = 2, kSubtypeCurrentDiscovery = 3;
+inline constexpr uint8_t kTreqRequired = 0x01;     // secure channel required
 inline constexpr uint8_t kTreqNotRequired = 0x02;  // secure channel not required
+inline constexpr uint8_t kTcpSectypeTls13 = 0x02;  // TSAS byte 0 (SECTYPE) for TLS 1.3
 
 struct __attribute__((packed)) DiscoveryLogEntry {
   uint8_t trtype, adrfam, subtype, treq;

@@ -1,5 +1,7 @@
 #include "wire/nvme_build.h"
 
+#include "wire/nvme_auth.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -140,6 +142,10 @@ const char* status_name(uint16_t sct_sc) {
           return "Connect: restart discovery";
         case 0x84:
           return "Connect: invalid host";
+        case 0x90:
+          return "Discovery restart";
+        case 0x91:
+          return "Authentication required";
         default:
           return "Unknown command specific status";
       }
@@ -252,6 +258,45 @@ void fill_connect_data(ConnectData& data, const uint8_t (&hostid)[16], uint16_t 
   std::memcpy(data.subnqn, subnqn.data(), std::min(subnqn.size(), sizeof(data.subnqn) - 1));
   std::memcpy(data.hostnqn, hostnqn.data(), std::min(hostnqn.size(), sizeof(data.hostnqn) - 1));
 }
+
+namespace auth {
+
+const char* failure_name(uint8_t explanation) {
+  switch (explanation) {
+    case kFailFailed:
+      return "authentication failed";
+    case kFailNotUsable:
+      return "authentication protocol not usable";
+    case kFailConcatMismatch:
+      return "secure channel concatenation mismatch";
+    case kFailHashUnusable:
+      return "hash function not usable";
+    case kFailDhgroupUnusable:
+      return "DH group not usable";
+    case kFailIncorrectPayload:
+      return "incorrect payload";
+    case kFailIncorrectMessage:
+      return "incorrect protocol message";
+    default:
+      return "unknown failure";
+  }
+}
+
+Sqe make_auth_send(uint32_t tl, Xfer xfer) {
+  Sqe sqe = fabrics(fctype::kAuthSend, xfer, tl);
+  sqe.cdw10 = (uint32_t(kSpsp) << 8) | (uint32_t(kSpsp) << 16) | (uint32_t(kSecpDhchap) << 24);
+  sqe.cdw11 = tl;
+  return sqe;
+}
+
+Sqe make_auth_receive(uint32_t al) {
+  Sqe sqe = fabrics(fctype::kAuthReceive, Xfer::kTransport, al);
+  sqe.cdw10 = (uint32_t(kSpsp) << 8) | (uint32_t(kSpsp) << 16) | (uint32_t(kSecpDhchap) << 24);
+  sqe.cdw11 = al;
+  return sqe;
+}
+
+}  // namespace auth
 
 Sqe make_disconnect() {
   return fabrics(fctype::kDisconnect);

@@ -411,8 +411,8 @@ TEST(SchedulerNames, PoliciesAndReasons) {
   EXPECT_EQ(p, Policy::kEager);
   EXPECT_TRUE(parse_policy("adaptive", &p));
   EXPECT_EQ(p, Policy::kAdaptive);
-  for (Policy q : {Policy::kOff, Policy::kEager, Policy::kUniform, Policy::kSemantic,
-                   Policy::kAdaptive}) {
+  for (Policy q :
+       {Policy::kOff, Policy::kEager, Policy::kUniform, Policy::kSemantic, Policy::kAdaptive}) {
     Policy back;
     ASSERT_TRUE(parse_policy(policy_name(q), &back));
     EXPECT_EQ(back, q);
@@ -426,7 +426,6 @@ TEST(SchedulerNames, PoliciesAndReasons) {
   EXPECT_STREQ(reason_name(FlushReason::kSocketFull), "socket_full");
   EXPECT_STREQ(reason_name(FlushReason::kClose), "close");
 }
-
 
 // ---- eager and adaptive: decisions at the end of a reactor pass.
 
@@ -503,6 +502,29 @@ TEST_F(SchedulerTest, AdaptiveHoldsOnlyWhenSaturatedAndMoreAreDue) {
   s.on_flushed(FlushReason::kPassEnd);
 }
 
+TEST_F(SchedulerTest, AdaptiveHoldsOnlyForArrivalsThatCanCome) {
+  Scheduler s(paper_config(Policy::kAdaptive), clock);
+  Nanos t = 0;
+  for (int i = 0; i < 50; ++i, t += 2 * kUs) {  // 1 PDU/us: ~50 expected within T
+    at(t);
+    s.on_enqueue(PduClass::kData, 100);
+    s.on_enqueue(PduClass::kData, 100);
+    s.on_flushed(s.on_pass_end(0.5));
+  }
+  at(t);
+  s.on_enqueue(PduClass::kData, 100);
+  // A closed loop whose every command is answered in this group: nothing more can come.
+  EXPECT_EQ(s.on_pass_end(1.0, 0), FlushReason::kPassEnd);
+  s.on_flushed(FlushReason::kPassEnd);
+  s.on_enqueue(PduClass::kData, 100);
+  // One answer on its way: at most one PDU to gain, below the threshold (E[min(N, room)] < 1).
+  EXPECT_EQ(s.on_pass_end(1.0, 1), FlushReason::kPassEnd);
+  s.on_flushed(FlushReason::kPassEnd);
+  s.on_enqueue(PduClass::kData, 100);
+  EXPECT_EQ(s.on_pass_end(1.0, 2), FlushReason::kNone) << "two more answers are on their way";
+  EXPECT_EQ(s.stats().holds, 1u);
+}
+
 TEST_F(SchedulerTest, AdaptiveDoesNotHoldWhenTooFewArriveBeforeTheTimer) {
   Scheduler s(paper_config(Policy::kAdaptive), clock);
   Nanos t = 0;
@@ -538,6 +560,42 @@ TEST_F(SchedulerTest, AdaptiveTimerBoundsAHold) {
   at(t + 50 * kUs);
   EXPECT_EQ(s.on_timer(), FlushReason::kTimer);
   EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kTimer) << "a due deadline is never held past";
+}
+
+// Counts reads, so the tests can hold the scheduler to its clock budget.
+class CountingClock final : public Clock {
+ public:
+  Nanos now() const override {
+    ++reads;
+    return t;
+  }
+  Nanos t = 0;
+  mutable int reads = 0;
+};
+
+TEST(SchedulerClock, AdaptiveReadsTheClockPerGroupNotPerPdu) {
+  CountingClock clock;
+  Scheduler s(paper_config(Policy::kAdaptive), clock);
+  s.on_enqueue(PduClass::kData, 100);  // opens the group: its deadline needs the time
+  EXPECT_EQ(clock.reads, 1);
+  for (int i = 0; i < 10; ++i) s.on_enqueue(PduClass::kData, 100);
+  EXPECT_EQ(clock.reads, 1) << "PDUs joining a group cost no clock read";
+  s.on_enqueue(PduClass::kControl, 24);  // a control PDU's delay is measured
+  EXPECT_EQ(clock.reads, 2);
+  s.on_flushed(FlushReason::kControlPassEnd);
+  EXPECT_EQ(clock.reads, 3);
+  s.on_enqueue(PduClass::kData, 100);
+  s.on_flushed(FlushReason::kPassEnd);  // no R2T to time: no read
+  EXPECT_EQ(clock.reads, 4);
+}
+
+TEST(SchedulerClock, AdaptiveLateTimerIsCaughtAtThePassEnd) {
+  CountingClock clock;
+  Scheduler s(paper_config(Policy::kAdaptive), clock);
+  s.on_enqueue(PduClass::kData, 100);
+  clock.t = 60 * kUs;  // past T, and the owner's timer has not run
+  EXPECT_EQ(s.on_enqueue(PduClass::kData, 100), FlushReason::kNone);
+  EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kTimer) << "held no longer than this pass";
 }
 
 TEST(SchedulerHoldThreshold, FollowsThePoissonGain) {

@@ -29,15 +29,18 @@ TEST(StatsJson, KeysAndValues) {
   s.stats().send_calls = 2;
 
   const nlohmann::json j = to_json(s.stats());
-  EXPECT_EQ(keys(j), (std::set<std::string>{"pdus_sent", "send_calls", "holds", "flushes",
-                                            "pdus_per_flush", "r2t_delay_us"}));
-  EXPECT_EQ(keys(j["flushes"]),
-            (std::set<std::string>{"immediate", "capacity", "control_capacity", "timer",
-                                   "control_timer", "byte_cap", "socket_full", "close",
-                                   "pass_end", "control_pass_end"}));
+  EXPECT_EQ(keys(j),
+            (std::set<std::string>{"pdus_sent", "send_calls", "holds", "flushes", "pdus_per_flush",
+                                   "r2t_delay_us", "timer_flush_late_us"}));
+  EXPECT_EQ(
+      keys(j["flushes"]),
+      (std::set<std::string>{"immediate", "capacity", "control_capacity", "timer", "control_timer",
+                             "byte_cap", "socket_full", "close", "pass_end", "control_pass_end"}));
   const std::set<std::string> hist_keys{"count", "mean", "p50", "p99", "max"};
   EXPECT_EQ(keys(j["pdus_per_flush"]), hist_keys);
   EXPECT_EQ(keys(j["r2t_delay_us"]), hist_keys);
+  EXPECT_EQ(keys(j["timer_flush_late_us"]), hist_keys);
+  EXPECT_EQ(j["timer_flush_late_us"]["count"], 1) << "the control-timer flush";
 
   EXPECT_EQ(j["pdus_sent"], 3);
   EXPECT_EQ(j["send_calls"], 2);

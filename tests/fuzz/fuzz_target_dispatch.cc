@@ -9,6 +9,9 @@
 //   bit 4, 5  the target's coalescing policy: 0 off, 1 uniform, 2 semantic, 3 adaptive. With off,
 //             a response leaves (and frees its command slot) before the next command is read,
 //             so the seeds' H2CData can name the R2T's ttag (the slot) in advance.
+//   bit 6     a target whose subsystem has DH-HMAC-CHAP keys for the fuzz host (policy off):
+//             its queues take AUTH_Send / AUTH_Receive and refuse everything else until the
+//             host authenticates (which an input cannot: the challenge is random).
 // Each connection is one end of a socketpair handed to Target::dispatch_accepted(), as the
 // listener does with an accepted socket. After the input the host half-closes and reads
 // until the target closes; a target that has not closed 5 s after the host's EOF is a hang
@@ -23,6 +26,7 @@
 #include <optional>
 #include <string>
 
+#include "auth/dhchap.h"
 #include "common/log.h"
 #include "pdu_stream.h"
 #include "target/target.h"
@@ -39,12 +43,24 @@ constexpr auto kHang = std::chrono::seconds(5);
   std::abort();
 }
 
-target::Target* start_target(coalesce::Policy policy) {
+std::string fixed_secret(uint8_t transform, uint8_t seed) {
+  auth::Secret s;
+  s.transform = transform;
+  for (int i = 0; i < 32; ++i) s.key.push_back(uint8_t(seed + i));
+  return auth::format_secret(s);
+}
+
+target::Target* start_target(coalesce::Policy policy, bool auth = false) {
   target::TargetConfig c;
   c.coalesce.policy = policy;
   c.listen.push_back({"127.0.0.1", 0});
   c.discovery_port = 0;
   c.subsystems.push_back({std::string(fuzz::kSubNqn), {"ram:16M"}, {}});
+  if (auth) {
+    const std::string host(fuzz::kHostNqn);
+    c.subsystems[0].host_keys = {{host, fixed_secret(1, 1)}};
+    c.subsystems[0].ctrl_keys = {{host, fixed_secret(0, 2)}};
+  }
   c.queue_size = 16;
   c.max_io = 64 * 1024;
   c.max_h2c_data = 16 * 1024;
@@ -56,14 +72,15 @@ target::Target* start_target(coalesce::Policy policy) {
   return t;
 }
 
-// One target per policy; never destroyed: their reactor threads run until the process exits.
-target::Target* the_target(uint8_t policy) {
-  static target::Target* targets[4] = {
+// One target per policy, and one with keys; never destroyed: their reactor threads run until
+// the process exits.
+target::Target* the_target(uint8_t policy, bool auth) {
+  static target::Target* targets[5] = {
       (g_log_level = LogLevel::kError,  // every refused input logs at info level
        start_target(coalesce::Policy::kOff)),
       start_target(coalesce::Policy::kUniform), start_target(coalesce::Policy::kSemantic),
-      start_target(coalesce::Policy::kAdaptive)};
-  return targets[policy & 3];
+      start_target(coalesce::Policy::kAdaptive), start_target(coalesce::Policy::kOff, true)};
+  return targets[auth ? 4 : policy & 3];
 }
 
 // One connection to the target; `fd` is the host's end.
@@ -151,7 +168,7 @@ int open_admin(Conn& admin, uint8_t digest) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  the_target(0);
+  the_target(0, false);
   return 0;
 }
 
@@ -160,7 +177,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t digest = data[0] & 3;
   const int preamble = (data[0] >> 2) & 3;
   const pdu::Digests dg = fuzz::digests_of(digest);
-  target::Target* t = the_target((data[0] >> 4) & 3);
+  target::Target* t = the_target((data[0] >> 4) & 3, data[0] & 0x40);
   ++data, --size;
 
   std::optional<Conn> admin;  // preamble 2: the controller the I/O queue belongs to
@@ -169,6 +186,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     admin.emplace(t);
     int cntlid = open_admin(*admin, digest);
     if (cntlid < 0) broken("the target refused a valid admin Connect");
+    // (On the target with keys, the I/O Connect is refused: the admin queue never authenticated.)
     fuzz::append_icreq(pre, digest);
     fuzz::append_connect(pre, 1, uint16_t(cntlid), 1, dg);
   } else {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "pdu_stream.h"
+#include "wire/nvme_auth.h"
 
 namespace {
 
@@ -80,7 +81,107 @@ Bytes io_commands(pdu::Digests dg) {
 // adaptive).
 constexpr uint8_t kOff = 0 << 4, kUniform = 1 << 4, kSemantic = 2 << 4;
 
+// DH-HMAC-CHAP messages on the target with keys (lead bit 6): a whole exchange as far as an
+// input can take it (the response cannot match: the challenge is random), and broken ones.
+constexpr uint8_t kAuth = 1 << 6;
+namespace wa = nvme::auth;
+
+Bytes negotiate(uint16_t t_id, uint8_t hash, uint8_t group) {
+  Bytes m(8 + 64, 0);
+  m[0] = wa::kTypeCommon;
+  m[1] = wa::kIdNegotiate;
+  m[4] = uint8_t(t_id);
+  m[7] = 1;
+  m[8] = wa::kAuthIdDhchap;
+  m[10] = 1;
+  m[11] = 1;
+  m[12] = hash;
+  m[42] = group;
+  return m;
+}
+
+Bytes reply(uint16_t t_id, uint8_t hl, uint16_t dhvlen, bool cvalid) {
+  Bytes m(16 + 2 * hl + dhvlen, 0x5A);
+  std::fill(m.begin(), m.begin() + 16, 0);
+  m[0] = wa::kTypeDhchap;
+  m[1] = wa::kIdReply;
+  m[4] = uint8_t(t_id);
+  m[6] = hl;
+  m[8] = cvalid ? 1 : 0;
+  m[10] = uint8_t(dhvlen);
+  m[11] = uint8_t(dhvlen >> 8);
+  m[12] = cvalid ? 7 : 0;
+  return m;
+}
+
+void append_auth_send(Bytes& s, const Bytes& msg, uint16_t cid, pdu::Digests dg) {
+  fuzz::append_capsule(s, wa::make_auth_send(uint32_t(msg.size()), Xfer::kInCapsule), cid, dg,
+                       msg.data(), uint32_t(msg.size()));
+}
+
+void append_auth_receive(Bytes& s, uint32_t al, uint16_t cid, pdu::Digests dg) {
+  fuzz::append_capsule(s, wa::make_auth_receive(al), cid, dg);
+}
+
+Bytes auth_exchange(pdu::Digests dg, uint8_t hash, uint8_t group, bool cvalid) {
+  Bytes s;
+  uint16_t cid = 40;
+  append_auth_send(s, negotiate(1, hash, group), cid++, dg);
+  append_auth_receive(s, 4096, cid++, dg);
+  static const uint16_t kDh[] = {0, 256, 384, 512, 768, 1024};
+  const uint8_t hl = uint8_t(16 * (hash + 1));
+  append_auth_send(s, reply(1, hl, kDh[group % 6], cvalid), cid++, dg);
+  append_auth_receive(s, 4096, cid++, dg);
+  // What an unauthenticated queue may not do, then a FAILURE2 and a fresh start.
+  fuzz::append_capsule(s, nvme::make_property_get(nvme::reg::kCap, true), cid++, dg);
+  fuzz::append_capsule(s, nvme::make_identify(1, 0), cid++, dg);
+  Bytes f2 = {wa::kTypeCommon, wa::kIdFailure2, 0, 0, 1, 0, wa::kReasonFailed, wa::kFailFailed};
+  append_auth_send(s, f2, cid++, dg);
+  append_auth_send(s, negotiate(2, 1, 0), cid++, dg);
+  append_auth_receive(s, 64, cid++, dg);  // too short for the challenge
+  return s;
+}
+
+void auth_seeds(const std::filesystem::path& dir) {
+  for (uint8_t digest = 0; digest < 4; ++digest) {
+    const pdu::Digests dg = fuzz::digests_of(digest);
+    const std::string d = "-d" + std::to_string(digest);
+    write_seed(dir, "auth-null" + d, uint8_t(kAuth | 1 << 2 | digest),
+               auth_exchange(dg, 1, 0, false));
+  }
+  const pdu::Digests none{};
+  write_seed(dir, "auth-ffdhe2048-bidirectional", kAuth | 1 << 2, auth_exchange(none, 2, 1, true));
+  write_seed(dir, "auth-sha512-ffdhe3072", kAuth | 1 << 2, auth_exchange(none, 3, 2, false));
+  write_seed(dir, "auth-io-queue", kAuth | 2 << 2, auth_exchange(none, 1, 0, false));
+  Bytes s;
+  // Out of order, unknown types and ids, replayed transactions, broken lengths.
+  append_auth_receive(s, 4096, 1, none);
+  append_auth_send(s, reply(3, 32, 0, false), 2, none);
+  Bytes unknown = negotiate(4, 1, 0);
+  unknown[0] = 9;
+  append_auth_send(s, unknown, 3, none);
+  append_auth_send(s, {1, 2, 3}, 4, none);
+  Bytes napd = negotiate(5, 1, 0);
+  napd[7] = 200;
+  append_auth_send(s, napd, 5, none);
+  append_auth_send(s, negotiate(6, 1, 0), 6, none);
+  append_auth_receive(s, 4096, 7, none);
+  append_auth_send(s, reply(5, 32, 0, false), 8, none);  // another transaction
+  append_auth_receive(s, 4096, 9, none);
+  write_seed(dir, "auth-malformed", kAuth | 1 << 2, s);
+  // AUTH commands on a target without keys, and with bad SECP / lengths.
+  s.clear();
+  append_auth_send(s, negotiate(1, 1, 0), 1, none);
+  nvme::Sqe bad = wa::make_auth_receive(4096);
+  bad.cdw10 = 0;
+  fuzz::append_capsule(s, bad, 2, none);
+  fuzz::append_capsule(s, wa::make_auth_receive(1u << 30), 3, none);
+  write_seed(dir, "auth-no-keys", 1 << 2, s);
+  write_seed(dir, "auth-bad-fields", kAuth | 1 << 2, s);
+}
+
 void target_dispatch_seeds(const std::filesystem::path& dir) {
+  auth_seeds(dir);
   for (uint8_t digest = 0; digest < 4; ++digest) {
     const pdu::Digests dg = fuzz::digests_of(digest);
     const std::string d = "-d" + std::to_string(digest);

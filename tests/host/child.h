@@ -106,10 +106,14 @@ inline RunResult run_sens(std::vector<std::string> args, double timeout_s = 60) 
 // `sens target` serving one RAM namespace on 127.0.0.1, with a discovery port.
 class TargetProcess {
  public:
-  explicit TargetProcess(std::vector<std::string> extra = {}, std::string size = "64M") {
-    for (int attempt = 0; attempt < 3 && !ready_; ++attempt) {
-      port = free_port();
-      disc_port = free_port();
+  // `size` is a RAM namespace's size, or a whole --ns spec ("file:PATH"). Nonzero ports: those
+  // (a target restarted where the last one listened), else free ones.
+  explicit TargetProcess(std::vector<std::string> extra = {}, std::string size = "64M",
+                         uint16_t want_port = 0, uint16_t want_disc_port = 0) {
+    for (int attempt = 0; attempt < (want_port ? 50 : 3) && !ready_; ++attempt) {
+      if (want_port && attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      port = want_port ? want_port : free_port();
+      disc_port = want_disc_port ? want_disc_port : free_port();
       if (disc_port == port) continue;
       log_path_ = temp_dir() + "/target-" + std::to_string(port) + ".log";
       std::vector<std::string> args = {SENS_BINARY,
@@ -121,7 +125,7 @@ class TargetProcess {
                                        "--nqn",
                                        nqn,
                                        "--ns",
-                                       "ram:" + size};
+                                       size.find(':') != std::string::npos ? size : "ram:" + size};
       args.insert(args.end(), extra.begin(), extra.end());
       pid_ = spawn(args, log_path_);
       // Ready once both listeners are up (the discovery one is announced last).
@@ -167,6 +171,13 @@ class TargetProcess {
       int status = 0;
       waitpid(pid_, &status, WUNTRACED);
     }
+  }
+  // SIGKILL without a SIGCONT first: a stopped target dies without answering anything.
+  void kill_hard() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
   }
   void stop() {
     if (pid_ <= 0) return;

@@ -117,6 +117,49 @@ TEST(PerfCli, CoalescingPoliciesAndDisabledSqFlow) {
   }
 }
 
+// 64 submitting threads over 2 shared connections, every read of a written block verified:
+// the lock baseline and the send-lists both lose nothing; the report has each thread and, for
+// sendlist, the owners' drain counts.
+class PerfShare : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PerfShare, SixtyFourThreadsOverTwoConnectionsVerify) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  const std::string mode = GetParam();
+  const std::string json = temp_dir() + "/perf-share-" + mode + ".json";
+  auto r = run_sens(perf(t, {"--rw", "randrw", "--bs", "4k", "--qd", "8", "--threads", "64",
+                             "--connections", "2", "--share", mode, "--verify", "--json", json}),
+                    120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("64 thread(s) x 1 queue(s), share " + mode + " over 2 connection(s)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("errors: 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", 0 failed"), std::string::npos) << r.output;
+  EXPECT_GT(verified(r.output), 0) << r.output;
+  auto j = nlohmann::json::parse(read_file(json));
+  EXPECT_EQ(j["options"]["share"], mode);
+  EXPECT_EQ(j["options"]["threads"], 64);
+  EXPECT_EQ(j["options"]["connections"], 2);
+  ASSERT_EQ(j["threads"].size(), 64u);
+  for (auto& th : j["threads"]) {
+    EXPECT_GT(th["iops"].get<double>(), 0) << th.dump();
+    EXPECT_GT(th["p99_us"].get<double>(), 0) << th.dump();
+  }
+  EXPECT_EQ(j["verify"]["failures"], 0);
+  if (mode == "sendlist") {
+    EXPECT_GT(j["drain"]["entries"].get<uint64_t>(), 0u) << j["drain"].dump();
+    EXPECT_GE(j["drain"]["per_pass"]["mean"].get<double>(), 1.0);
+    EXPECT_EQ(j["drain"]["connections"].size(), 2u);
+    EXPECT_NE(r.output.find("send-lists: "), std::string::npos) << r.output;
+  } else {
+    // Each submitter sends its own command under the lock: one send per command.
+    EXPECT_GE(j["syscalls"]["send_per_io"].get<double>(), 0.99);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PerfShare, ::testing::Values("lock", "sendlist"));
+
 TEST(PerfCli, KilledTargetEndsTheRunWithAnError) {
   TargetProcess t;
   ASSERT_TRUE(t.ready()) << t.log();
@@ -182,6 +225,15 @@ TEST(PerfCli, BadCommandLines) {
        "--rwmixread applies to rw and randrw, not read"},
       {{"perf", "-r", "traddr:127.0.0.1 subnqn:x"}, "-r: subnqn 'x' does not start with 'nqn.'"},
       {{"perf", "-r", trid, "--qd", "lots"}, "--qd"},
+      {{"perf", "-r", trid, "--share", "maybe"},
+       "--share 'maybe': expected none, lock or sendlist"},
+      {{"perf", "-r", trid, "--threads", "2", "--connections", "3"},
+       "--connections 3 with --share none: each of the 2 queues (threads x queues) has its own "
+       "connection"},
+      {{"perf", "-r", trid, "--threads", "2", "--share", "lock", "--connections", "3"},
+       "--connections 3: at most threads x queues (2)"},
+      {{"perf", "-r", trid, "--threads", "0"}, "--threads 0: must be 1..256"},
+      {{"perf", "-r", trid, "--rate-iops", "-5"}, "--rate-iops -5: must be 0 (no limit) to 1e9"},
   };
   for (const Case& c : cases) {
     auto r = run_sens(c.args, 10);
@@ -192,6 +244,62 @@ TEST(PerfCli, BadCommandLines) {
   auto r = run_sens({"perf", "-r", trid, "--time", "1"}, 20);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("Connection refused"), std::string::npos) << r.output;
+}
+
+// --rate-iops paces the closed loop: 64 slots over 4 queues do 200 I/Os a second, verified,
+// and the reactor sleeps between them instead of spinning.
+TEST(PerfCli, RateCapPacesTheLoop) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  const std::string json = temp_dir() + "/perf-rate.json";
+  auto r = run_sens(perf(t, {"--rw", "randrw", "--qd", "16", "--queues", "4", "--rate-iops", "200",
+                             "--verify", "--size", "4M", "--json", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("capped at 200 IOPS"), std::string::npos) << r.output;
+  auto j = nlohmann::json::parse(read_file(json));
+  EXPECT_NEAR(j["iops"].get<double>(), 200, 20) << r.output;
+  EXPECT_EQ(j["options"]["rate_iops"].get<double>(), 200);
+  EXPECT_GT(j["poll"]["sleeps"].get<uint64_t>(), 100u) << "paced: the host sleeps";
+  const double cpu = j["cpu_user_s"].get<double>() + j["cpu_sys_s"].get<double>();
+  EXPECT_LT(cpu / j["runtime_s"].get<double>(), 0.5) << r.output;
+}
+
+// --buffers tyche on both ends: every workload shape verifies (in-capsule and R2T writes,
+// digests), and a receive budget of two 128 KiB buffers makes R2Ts wait without failing.
+TEST(PerfCli, TycheBuffersVerifyAndThrottleR2T) {
+  const std::string stats = temp_dir() + "/tyche-stats.json";
+  std::remove(stats.c_str());
+  TargetProcess t({"--buffers", "tyche", "--receive-budget", "256k", "--stats-json", stats});
+  ASSERT_TRUE(t.ready()) << t.log();
+  EXPECT_NE(t.log().find("buffers: tyche"), std::string::npos) << t.log();
+  const std::vector<std::vector<std::string>> runs = {
+      {"--rw", "randrw", "--bs", "4k", "--qd", "16", "--queues", "2"},
+      {"--rw", "randwrite", "--bs", "128k", "--qd", "8", "--queues", "2", "--hdr-digest",
+       "--data-digest"},
+      {"--rw", "read", "--bs", "64k", "--qd", "4"}};
+  for (const auto& extra : runs) {
+    std::vector<std::string> args = extra;
+    for (const char* a : {"--verify", "--size", "8M", "--buffers", "tyche"}) args.push_back(a);
+    auto r = run_sens(perf(t, args));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_GT(verified(r.output), 0) << r.output;
+  }
+  t.signal(SIGUSR1);
+  ASSERT_TRUE(wait_until([&] { return !read_file(stats).empty(); }, std::chrono::seconds(5)))
+      << t.log();
+  nlohmann::json j;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        j = nlohmann::json::parse(read_file(stats), nullptr, false);
+        return !j.is_discarded();
+      },
+      std::chrono::seconds(5)));
+  auto& pool = j["reactors"][0]["buffer_pool"];
+  EXPECT_EQ(pool["layout"], "tyche");
+  EXPECT_EQ(pool["receive_budget"], 256 * 1024);
+  EXPECT_GT(pool["throttled"].get<uint64_t>(), 0u) << pool.dump();
+  EXPECT_EQ(pool["receive_in_use_bytes"], 0) << "every R2T buffer came back";
+  EXPECT_EQ(pool["colours"].get<uint64_t>() > 0, true);
 }
 
 TEST(PerfCli, VerifyNeedsRoomForSerializedIo) {

@@ -80,7 +80,7 @@ TEST_F(ControllerTest, BringUpAndEveryIoKind) {
   co.io_depth = 16;
   ASSERT_EQ(connect(t, co), "");
   EXPECT_EQ(std::string(nvme::fixed_string(ctrl_->identify().subnqn, 256)), t.nqn);
-  EXPECT_EQ((ctrl_->cap() & 0xFFFF) + 1, 128u);  // CAP.MQES: the target's --queue-size
+  EXPECT_EQ((ctrl_->cap() & 0xFFFF) + 1, 1024u);  // CAP.MQES: the target's --queue-size
   EXPECT_GE(ctrl_->vs(), 0x10200u);
   EXPECT_EQ(ns_.nsid, 1u);
   EXPECT_EQ(ns_.bytes(), 64ull << 20);

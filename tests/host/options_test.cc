@@ -61,6 +61,11 @@ TEST(PerfOptions, RejectsWithPreciseErrors) {
        "--pg-timeout-us must be 0..1000000"},
       {[](PerfOptions& o) { o.io_timeout_ms = 10; }, "--io-timeout must be >= 100 ms"},
       {[](PerfOptions& o) { o.kato_ms = 50; }, "--kato must be 0 (off) or >= 100 ms"},
+      {[](PerfOptions& o) {
+         o.ctrl_loss_tmo_s = 10;
+         o.reconnect_delay_s = 0;
+       },
+       "--reconnect-delay must be >= 1 s when --ctrl-loss-tmo is set"},
   };
   for (const Case& c : cases) {
     PerfOptions o = good();

@@ -101,10 +101,10 @@ TEST_P(PolicyTest, VerifiedReadsInCapsuleAndR2TWritesWithAndWithoutDigests) {
     EXPECT_LT(calls, pdus) << policy << " should have gathered PDUs into fewer sends";
   }
   if (policy == "semantic") {
-    // An R2T waits at most Tc (10 us), plus however late the reactor ran that timer.
-    double late = 0;
-    for (auto& r : stats["reactors"])
-      late = std::max(late, r["reactor"]["timer_late_us"]["max"].get<double>());
+    // An R2T waits at most Tc (10 us), plus however late its timer flush ran (a late reactor
+    // pass or a preempted handler, measured at the flush itself). Were R2Ts held to the
+    // group's T (50 us) instead, the bound would fail by ~40 us.
+    const double late = stats["timer_flush_late_us"]["max"].get<double>();
     EXPECT_LE(stats["r2t_delay_us"]["max"].get<double>(), 10.0 + late + 1.0) << stats.dump();
   }
   if (policy == "adaptive") {
@@ -123,8 +123,9 @@ TEST_P(PollTest, VerifiedReadsAndWrites) {
   Target t;
   ASSERT_EQ(t.start({"--poll", poll}), "");
   for (const char* bs : {"4k", "32k"}) {
-    RunResult r = perf(t, "adaptive",
-                       {"--poll", poll, "--rw", "randrw", "--bs", bs, "--qd", "8", "--queues", "2"});
+    RunResult r =
+        perf(t, "adaptive",
+             {"--poll", poll, "--rw", "randrw", "--bs", bs, "--qd", "8", "--queues", "2"});
     EXPECT_EQ(r.code, 0) << poll << " " << bs << "\n" << r.out << r.err;
   }
   nlohmann::json stats = t.stop();
@@ -168,10 +169,11 @@ TEST(FileNamespace, DeepQueuesAllSucceed) {
   std::string path = files.file("ns.img");
   ASSERT_EQ(truncate_file(path, 64ull << 20), 0);
   ASSERT_EQ(t.start({"--ns", "file:" + path}), "");
-  RunResult r = run_command({SENS_BINARY, "perf", "-r", t.trid(), "--nsid", "2", "--rw", "randrw",
-                             "--bs", "4k", "--queues", "8", "--qd", "127", "--time", "2",
-                             "--size", "64M", "--verify", "-q", "--json", "-"},
-                            60000);
+  RunResult r =
+      run_command({SENS_BINARY, "perf", "-r",       t.trid(), "--nsid", "2",   "--rw",   "randrw",
+                   "--bs",      "4k",   "--queues", "8",      "--qd",   "127", "--time", "2",
+                   "--size",    "64M",  "--verify", "-q",     "--json", "-"},
+                  60000);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')), nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.out;

@@ -88,7 +88,9 @@ std::string Result::describe() const {
   return s;
 }
 
-RawClient::~RawClient() { close(); }
+RawClient::~RawClient() {
+  close();
+}
 
 bool RawClient::connect(uint16_t port, int timeout_ms) {
   close();
@@ -206,8 +208,8 @@ RecvStatus RawClient::recv_pdu(Pdu* out, int timeout_ms) {
 
   // Every header the target sends must pass the host-side validation, under the digests that
   // were negotiated (before IC only ICResp and C2HTermReq may come).
-  pdu::Check check = pdu::check_common(out->ch(), pdu::Receiver::kHost, digests_,
-                                       64 * 1024 * 1024, maxh2cdata_ == 0);
+  pdu::Check check = pdu::check_common(out->ch(), pdu::Receiver::kHost, digests_, 64 * 1024 * 1024,
+                                       maxh2cdata_ == 0);
   if (!check) {
     error_ = fmt("received %s fails validation: fes 0x%x fei %u: %s", pdu::type_name(type),
                  check.fes, check.fei, check.why ? check.why : "");
@@ -226,8 +228,8 @@ RecvStatus RawClient::recv_pdu(Pdu* out, int timeout_ms) {
     uint32_t stored;
     std::memcpy(&stored, out->bytes.data() + plen - 4, 4);
     if (stored != crc32c(out->data(), len)) {
-      error_ = fmt("received %s: data digest 0x%08x, computed 0x%08x", pdu::type_name(type),
-                   stored, crc32c(out->data(), len));
+      error_ = fmt("received %s: data digest 0x%08x, computed 0x%08x", pdu::type_name(type), stored,
+                   crc32c(out->data(), len));
       return RecvStatus::kBadPdu;
     }
   } else if (digests_.data && type == uint8_t(pdu::Type::kC2HData)) {
@@ -314,9 +316,10 @@ std::vector<uint8_t> RawClient::h2c_bytes(uint16_t cccid, uint16_t ttag, uint32_
 }
 
 std::vector<uint8_t> RawClient::connect_data(std::string_view subnqn, std::string_view hostnqn,
-                                             uint16_t cntlid) {
+                                             uint16_t cntlid, const uint8_t* id) {
   nvme::ConnectData cd;
-  const uint8_t hostid[16] = {0x5e, 0x11, 0x5e, 0x11, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 1};
+  uint8_t hostid[16] = {0x5e, 0x11, 0x5e, 0x11, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 1};
+  if (id) std::memcpy(hostid, id, 16);
   nvme::fill_connect_data(cd, hostid, cntlid, subnqn, hostnqn);
   const auto* p = reinterpret_cast<const uint8_t*>(&cd);
   return {p, p + sizeof(cd)};
@@ -339,8 +342,8 @@ bool RawClient::ic(uint8_t digest, pdu::ICResp* resp_out, int timeout_ms) {
   return true;
 }
 
-Result RawClient::exec(nvme::Sqe sqe, const void* write_data, uint32_t write_len,
-                       void* read_buf, uint32_t read_len, bool keep_cid, int timeout_ms) {
+Result RawClient::exec(nvme::Sqe sqe, const void* write_data, uint32_t write_len, void* read_buf,
+                       uint32_t read_len, bool keep_cid, int timeout_ms) {
   if (!keep_cid) sqe.cid = next_cid();
   bool in_capsule = sqe.sgl.type == nvme::kSglDataBlockOffset && write_len > 0;
   auto bytes = capsule_bytes(sqe, in_capsule ? write_data : nullptr, in_capsule ? write_len : 0);
@@ -400,8 +403,8 @@ Result RawClient::await(uint16_t cid, const void* write_data, uint32_t write_len
           return r;
         }
         if (uint64_t(t.r2to) + t.r2tl > write_len || t.r2tl == 0) {
-          r.error = fmt("R2T r2to %u r2tl %u outside the %u bytes to write", t.r2to, t.r2tl,
-                        write_len);
+          r.error =
+              fmt("R2T r2to %u r2tl %u outside the %u bytes to write", t.r2to, t.r2tl, write_len);
           return r;
         }
         uint32_t chunk = h2c_chunk_ ? h2c_chunk_ : maxh2cdata_;
@@ -440,7 +443,7 @@ Result RawClient::await(uint16_t cid, const void* write_data, uint32_t write_len
 Result RawClient::connect_queue(uint16_t qid, std::string_view subnqn, uint16_t cntlid,
                                 uint32_t kato_ms, uint8_t cattr, uint16_t sqsize,
                                 std::string_view hostnqn) {
-  auto data = connect_data(subnqn, hostnqn, cntlid);
+  auto data = connect_data(subnqn, hostnqn, cntlid, hostid_);
   return exec(nvme::make_connect(qid, sqsize, kato_ms, cattr), data.data(), uint32_t(data.size()));
 }
 
@@ -448,11 +451,15 @@ Result RawClient::enable() {
   return exec(nvme::make_property_set(nvme::reg::kCc, 0x00460001, false));
 }
 
-std::string Session::open(uint16_t port, std::string_view subnqn, uint8_t digest,
-                          uint8_t io_cattr, uint16_t io_sqsize) {
+std::string Session::open(uint16_t port, std::string_view subnqn, uint8_t digest, uint8_t io_cattr,
+                          uint16_t io_sqsize) {
+  if (hostid) {
+    admin.set_hostid(hostid);
+    io.set_hostid(hostid);
+  }
   if (!admin.connect(port)) return "admin connect: " + admin.last_error();
   if (!admin.ic(digest)) return "admin IC: " + admin.last_error();
-  Result r = admin.connect_queue(0, subnqn, 0xFFFF, 0);
+  Result r = admin.connect_queue(0, subnqn, 0xFFFF, 0, 0, 31, hostnqn);
   if (!r.ok()) return "admin Connect: " + r.describe();
   cntlid = uint16_t(r.cqe.dw0);
   r = admin.enable();
@@ -461,22 +468,21 @@ std::string Session::open(uint16_t port, std::string_view subnqn, uint8_t digest
   if (!r.ok()) return "Set Features queues: " + r.describe();
   if (!io.connect(port)) return "I/O connect: " + io.last_error();
   if (!io.ic(digest)) return "I/O IC: " + io.last_error();
-  r = io.connect_queue(1, subnqn, cntlid, 0, io_cattr, io_sqsize);
+  r = io.connect_queue(1, subnqn, cntlid, 0, io_cattr, io_sqsize, hostnqn);
   if (!r.ok()) return "I/O Connect: " + r.describe();
   return "";
 }
 
-std::string write_read(RawClient& io, uint64_t slba, uint32_t len, uint32_t seed,
-                       bool in_capsule) {
+std::string write_read(RawClient& io, uint64_t slba, uint32_t len, uint32_t seed, bool in_capsule) {
   auto data = pattern(len, seed);
   auto x = in_capsule ? nvme::Xfer::kInCapsule : nvme::Xfer::kTransport;
-  Result w = io.exec(nvme::make_io(nvme::io_op::kWrite, 1, slba, len / 512, x, len), data.data(),
-                     len);
+  Result w =
+      io.exec(nvme::make_io(nvme::io_op::kWrite, 1, slba, len / 512, x, len), data.data(), len);
   if (!w.ok()) return "write: " + w.describe();
   std::vector<uint8_t> back(len, 0xEE);
-  Result r = io.exec(
-      nvme::make_io(nvme::io_op::kRead, 1, slba, len / 512, nvme::Xfer::kTransport, len), nullptr,
-      0, back.data(), len);
+  Result r =
+      io.exec(nvme::make_io(nvme::io_op::kRead, 1, slba, len / 512, nvme::Xfer::kTransport, len),
+              nullptr, 0, back.data(), len);
   if (!r.ok()) return "read: " + r.describe();
   if (r.c2h_bytes != len)
     return "read: " + std::to_string(r.c2h_bytes) + " bytes of " + std::to_string(len);

@@ -20,13 +20,16 @@
 namespace sens::testing {
 
 inline constexpr int kDefaultTimeoutMs = 3000;
-inline constexpr const char* kHostNqn = "nqn.2014-08.org.nvmexpress:uuid:5e115e11-0000-4000-8000-000000000001";
+inline constexpr const char* kHostNqn =
+    "nqn.2014-08.org.nvmexpress:uuid:5e115e11-0000-4000-8000-000000000001";
 
 // One received PDU, exactly as it came off the wire (header, digests, padding, data).
 struct Pdu {
   std::vector<uint8_t> bytes;
 
-  const pdu::CommonHeader& ch() const { return *reinterpret_cast<const pdu::CommonHeader*>(bytes.data()); }
+  const pdu::CommonHeader& ch() const {
+    return *reinterpret_cast<const pdu::CommonHeader*>(bytes.data());
+  }
   uint8_t type() const { return bytes[0]; }
   uint8_t flags() const { return bytes[1]; }
   uint32_t plen() const { return ch().plen; }
@@ -101,10 +104,13 @@ class RawClient {
   static std::vector<uint8_t> icreq_bytes(uint8_t digest, uint32_t maxr2t = 0, uint8_t hpda = 0);
   std::vector<uint8_t> capsule_bytes(const nvme::Sqe& sqe, const void* data = nullptr,
                                      uint32_t len = 0) const;
-  std::vector<uint8_t> h2c_bytes(uint16_t cccid, uint16_t ttag, uint32_t datao,
-                                 const void* data, uint32_t len, bool last) const;
+  std::vector<uint8_t> h2c_bytes(uint16_t cccid, uint16_t ttag, uint32_t datao, const void* data,
+                                 uint32_t len, bool last) const;
+  // `hostid`: 16 bytes (null: kDefaultHostId).
   static std::vector<uint8_t> connect_data(std::string_view subnqn, std::string_view hostnqn,
-                                           uint16_t cntlid);
+                                           uint16_t cntlid, const uint8_t* hostid = nullptr);
+  // The Host Identifier the next Connects send (reservations tell hosts apart by it).
+  void set_hostid(const uint8_t hostid[16]) { std::memcpy(hostid_, hostid, 16); }
 
   // ---- set-up
   // Sends ICReq and reads ICResp; checks it and records digests and maxh2cdata.
@@ -153,22 +159,25 @@ class RawClient {
   uint32_t maxh2cdata_ = 0;
   uint32_t h2c_chunk_ = 0;
   uint16_t cid_ = 1;
+  uint8_t hostid_[16] = {0x5e, 0x11, 0x5e, 0x11, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 1};
 };
 
 // A fresh admin + I/O queue pair against an I/O subsystem, ready for commands.
 struct Session {
   RawClient admin, io;
   uint16_t cntlid = 0;
+  // Who connects (set before open(); defaults: kHostNqn and the RawClient's host ID).
+  std::string hostnqn = kHostNqn;
+  const uint8_t* hostid = nullptr;
   // IC (with `digest` on both queues), admin Connect, CC.EN=1, Set Features queues, I/O
   // Connect on qid 1. Returns "" or what failed.
-  std::string open(uint16_t port, std::string_view subnqn, uint8_t digest = 0,
-                   uint8_t io_cattr = 0, uint16_t io_sqsize = 31);
+  std::string open(uint16_t port, std::string_view subnqn, uint8_t digest = 0, uint8_t io_cattr = 0,
+                   uint16_t io_sqsize = 31);
 };
 
 // Writes `len` bytes of a pattern at `slba` of namespace 1 (in the capsule or after an R2T),
 // reads them back and compares. Returns "" or what went wrong.
-std::string write_read(RawClient& io, uint64_t slba, uint32_t len, uint32_t seed,
-                       bool in_capsule);
+std::string write_read(RawClient& io, uint64_t slba, uint32_t len, uint32_t seed, bool in_capsule);
 
 // Deterministic test patterns.
 std::vector<uint8_t> pattern(size_t len, uint32_t seed);

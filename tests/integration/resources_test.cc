@@ -93,6 +93,12 @@ void raise_fd_limit() {
   setrlimit(RLIMIT_NOFILE, &r);
 }
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SENS_TEST_SANITIZED 1
+#endif
+#endif
+
 // 5,000 idle connections (each past ICReq) cost the target at most 64 KiB each; at the limit
 // the next one is refused and a host already connected keeps doing I/O.
 TEST(Resources, FiveThousandIdleConnections) {
@@ -123,7 +129,14 @@ TEST(Resources, FiveThousandIdleConnections) {
   RecordProperty("rss_growth_kib", std::to_string(after - before));
   std::printf("5000 idle connections: target RSS %llu -> %llu KiB (%.1f KiB each)\n",
               static_cast<unsigned long long>(before), static_cast<unsigned long long>(after), per);
-  EXPECT_LE(after - before, 320u * 1024) << per << " KiB per idle connection";
+#ifdef SENS_TEST_SANITIZED
+  // ASan's shadow memory (1/8 of what is touched), redzones and quarantined frees grow the
+  // RSS by ~25 % (56 KiB per connection in `make test`, 70 KiB under ASan).
+  constexpr uint64_t kBoundKib = 400u * 1024;
+#else
+  constexpr uint64_t kBoundKib = 320u * 1024;
+#endif
+  EXPECT_LE(after - before, kBoundKib) << per << " KiB per idle connection";
   // The limit: one more is closed at once; the working host still works.
   RawClient extra;
   ASSERT_TRUE(extra.connect(t.port));
@@ -136,12 +149,6 @@ TEST(Resources, FiveThousandIdleConnections) {
 
 // With 64 descriptors the target runs out while 100 hosts connect. It must not spin on the
 // readable listener nor flood its log, and must accept again once descriptors are free.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SENS_TEST_SANITIZED 1
-#endif
-#endif
-
 TEST(Resources, OutOfDescriptorsPausesAccepting) {
 #ifdef SENS_TEST_SANITIZED
   // UBSan checks a dynamic type it has not met yet by writing the object into a pipe(); in a

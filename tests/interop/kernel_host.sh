@@ -3,7 +3,8 @@
 # nvme discover, nvme connect with and without digests, fio verify for 4 KiB randrw
 # (in-capsule writes) and 128 KiB randwrite (R2T writes), flush, disconnect, and a host that
 # the allowed-hosts list refuses; then no unexpected I/O errors in the kernel's log.
-# Usage: kernel_host.sh path/to/sens   (INTEROP_LOGS=DIR keeps the VM and target logs there.)
+# Usage: kernel_host.sh path/to/sens   (INTEROP_LOGS=DIR keeps the VM and target logs there;
+# BUFFERS=tyche runs the target with cache-aware buffers.)
 set -euo pipefail
 SENS=$(realpath "${1:?usage: kernel_host.sh path/to/sens}")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +24,7 @@ for attempt in 1 2 3 4 5; do
 {
   "listen": ["127.0.0.1:$PORT"],
   "discovery_port": $DPORT,
+  "buffers": "${BUFFERS:-naive}",
   "subsystems": [
     {"nqn": "$NQN", "namespaces": ["ram:256M"]},
     {"nqn": "$DENY", "namespaces": ["null:64M"],

@@ -9,5 +9,9 @@ for t in "$HERE"/kernel_host.sh "$HERE"/kernel_host_*.sh "$HERE"/host_*.sh; do
   echo "==== $(basename "$t")"
   if "$t" "$SENS"; then passes=$((passes + 1)); else fails=$((fails + 1)); fi
 done
+# The kernel host once more against cache-aware buffers (issue 12: the interop suite passes
+# with --buffers tyche).
+echo "==== kernel_host.sh (BUFFERS=tyche)"
+if BUFFERS=tyche "$HERE"/kernel_host.sh "$SENS"; then passes=$((passes + 1)); else fails=$((fails + 1)); fi
 echo "interop: $passes passed, $fails failed"
 [ $fails = 0 ]

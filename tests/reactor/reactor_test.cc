@@ -108,7 +108,6 @@ TEST(Reactor, DispatchesReadinessAndRunsDeferredWork) {
   close(sv[1]);
 }
 
-
 // A pass-end handler runs once per pass, after the events and the deferred work of the pass.
 struct PassEnd : PassEndHandler {
   std::vector<std::string>* log;
@@ -191,7 +190,7 @@ TEST(Reactor, PollModesDecideBetweenSpinningAndSleeping) {
     r.add(sv[0], EPOLLIN | EPOLLET, &h);
     ASSERT_EQ(write(sv[1], "x", 1), 1);
     r.run_once(5 * kMilli);  // an event
-    r.add_outstanding(1);    // (shown in the stats; the spin follows the time between events)
+    r.add_outstanding(1);
     EXPECT_EQ(r.poll_wait(5 * kMilli), 0);
     r.run_once(5 * kMilli);
     EXPECT_EQ(r.stats().spins, 1u);
@@ -199,6 +198,38 @@ TEST(Reactor, PollModesDecideBetweenSpinningAndSleeping) {
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
     EXPECT_EQ(r.poll_wait(5 * kMilli), 5 * kMilli);
     r.add_outstanding(-1);
+    close(sv[0]);
+    close(sv[1]);
+  }
+  {
+    // A submission that ends a quiet spell (from a timer, say) opens a spin window of its own:
+    // the answer is due, though the last event is long past.
+    Reactor r;
+    r.set_poll(PollMode::kAdaptive, 2 * kMilli);
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    Counter h;
+    r.add(sv[0], EPOLLIN | EPOLLET, &h);
+    ASSERT_EQ(write(sv[1], "x", 1), 1);
+    r.run_once(5 * kMilli);  // an event: the budget is min(2 ms, 2 x the gap between events)
+    ASSERT_EQ(write(sv[1], "y", 1), 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    r.run_once(5 * kMilli);  // a second event 2 ms later: the gap is ~2 ms
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 5 * kMilli) << "quiet: sleep";
+    int fired = 0;
+    Timer t([&] {
+      ++fired;
+      r.add_outstanding(1);  // a paced submission
+    });
+    r.arm(t, r.now());
+    r.run_once(5 * kMilli);
+    ASSERT_EQ(fired, 1);
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 0) << "an answer is due: spin";
+    r.add_outstanding(1);  // more work while some is outstanding does not move the window
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 5 * kMilli) << "past max_spin: sleep";
+    r.add_outstanding(-2);
     close(sv[0]);
     close(sv[1]);
   }

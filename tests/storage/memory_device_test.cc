@@ -24,8 +24,8 @@ std::string open_error(const std::string& spec) {
 
 TEST(DeviceSpec, UnknownKind) {
   EXPECT_EQ(open_error("disk:1G"),
-            "unknown namespace kind 'disk' in 'disk:1G' (expected ram:SIZE, null:SIZE or "
-            "file:PATH)");
+            "unknown namespace kind 'disk' in 'disk:1G' (expected ram:SIZE, null:SIZE, "
+            "file:PATH or rbd:POOL/IMAGE)");
   EXPECT_NE(open_error("").find("empty namespace spec"), std::string::npos);
   EXPECT_NE(open_error("/dev/sda").find("unknown namespace kind '/dev/sda'"), std::string::npos);
 }

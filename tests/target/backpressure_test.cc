@@ -5,7 +5,6 @@
 #include <cstring>
 #include <vector>
 
-#include "target/buffer_pool.h"
 #include "target_fixture.h"
 
 namespace sens::testing {
@@ -13,60 +12,12 @@ namespace {
 
 using nvme::Xfer;
 
-TEST(BufferPool, BoundFifoAndReuse) {
-  target::BufferPool pool(64 * 1024, 16 * 1024);
-  EXPECT_EQ(pool.class_bytes(1), 4096u);
-  EXPECT_EQ(pool.class_bytes(5000), 8192u);
-  std::vector<uint8_t*> held;
-  for (int i = 0; i < 4; ++i) {
-    uint8_t* b = pool.get(16 * 1024);
-    ASSERT_NE(b, nullptr);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 4096, 0u);
-    held.push_back(b);
-  }
-  EXPECT_EQ(pool.get(4096), nullptr) << "beyond the bound";
-  struct W : target::BufferPool::Waiter {
-    int* order;
-    int id;
-  };
-  int order[2] = {-1, -1}, served = 0;
-  W a, b;
-  for (W* w : {&a, &b}) {
-    w->bytes = w == &a ? 16 * 1024 : 4096;
-    w->id = w == &a ? 0 : 1;
-    w->order = order;
-    w->ready = [](target::BufferPool::Waiter* x) {
-      auto* me = static_cast<W*>(x);
-      me->order[me->id] = me->order[0] == -1 && me->order[1] == -1 ? 0 : 1;
-    };
-    pool.wait(w);
-  }
-  EXPECT_EQ(pool.stats().waiting, 2u);
-  EXPECT_EQ(pool.get(4096), nullptr) << "no overtaking the waiters";
-  pool.put(held.back(), 16 * 1024);
-  held.pop_back();
-  served = (order[0] != -1) + (order[1] != -1);
-  EXPECT_EQ(served, 1) << "the first waiter gets the 16 KiB buffer";
-  EXPECT_EQ(order[0], 0);
-  ASSERT_NE(a.buf, nullptr);
-  // The second waiter (4 KiB) needs a cached 16 KiB buffer to be given back to the system.
-  pool.put(held.back(), 16 * 1024);
-  held.pop_back();
-  EXPECT_EQ(order[1], 1);
-  ASSERT_NE(b.buf, nullptr);
-  EXPECT_LE(pool.stats().allocated_bytes, 64u * 1024);
-  pool.put(a.buf, 16 * 1024);
-  pool.put(b.buf, 4096);
-  for (auto* h : held) pool.put(h, 16 * 1024);
-  EXPECT_EQ(pool.stats().in_use_bytes, 0u);
-}
-
 class SmallPoolTest : public TargetFixture {
  protected:
   target::TargetConfig config() override {
     auto c = test_config();
     c.buffer_pool = 4 * kMaxIo;  // 512 KiB: four largest I/Os
-    c.sock_buf = 4096;  // reads' data waits in user space, holding its buffers
+    c.sock_buf = 4096;           // reads' data waits in user space, holding its buffers
     return c;
   }
 };

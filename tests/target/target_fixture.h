@@ -3,10 +3,12 @@
 // the checks the target tests share.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "../integration/raw_client.h"
+#include "buffers/buffer_pool.h"
 #include "common/log.h"
 #include "target/target.h"
 
@@ -28,6 +30,9 @@ inline target::TargetConfig test_config() {
   c.inline_data = kInline;
   c.max_io = kMaxIo;
   c.queue_size = kQueueSize;
+  // As `sens target` does: SENS_BUFFERS=tyche runs the suite with cache-aware buffers (ctest
+  // runs it both ways).
+  if (const char* layout = std::getenv("SENS_BUFFERS")) buffers::parse_layout(layout, &c.buffers);
   return c;
 }
 

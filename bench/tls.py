@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""What TLS costs: `sens perf` against `sens target` on a RAM namespace, plain TCP against TLS
+1.3 (TLS_AES_128_GCM_SHA256 and TLS_AES_256_GCM_SHA384 PSKs), for 4 KiB random reads at QD 32
+and 16 KiB random writes (R2T) at QD 8, one queue. The target is pinned to core 0 and the host
+to core 1; runs are interleaved (plain, TLS-128, TLS-256, plain, ...) and the median of
+--reps is reported, with the TLS/plain ratio. Prints a Markdown table; --json writes the runs."""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+NQN = "nqn.2026-11.io.sens-target:ram0"
+WORKLOADS = [("4 KiB randread QD32", ["--rw", "randread", "--bs", "4k", "--qd", "32"]),
+             ("16 KiB randwrite QD8", ["--rw", "randwrite", "--bs", "16k", "--qd", "8"])]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def psk(sens_dir, hmac):
+    out = subprocess.run(["nvme", "gen-tls-key", f"--hmac={hmac}"], capture_output=True, text=True)
+    key = out.stdout.strip()
+    if not key.startswith("NVMeTLSkey-1:"):
+        sys.exit(f"nvme gen-tls-key failed: {out.stderr}")
+    return key
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
+    ap.add_argument("--time", type=float, default=3)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="sens-tls-bench-")
+    keys = {"TLS_AES_128_GCM_SHA256": psk(work, 1), "TLS_AES_256_GCM_SHA384": psk(work, 2)}
+    files = {}
+    for name, key in keys.items():
+        files[name] = os.path.join(work, name)
+        open(files[name], "w").write(key + "\n")
+    allkeys = os.path.join(work, "all")
+    open(allkeys, "w").write("\n".join(keys.values()) + "\n")
+    plain, tls = free_port(), free_port()
+    target = subprocess.Popen(
+        ["taskset", "-c", "0", a.sens, "target", "--listen", f"127.0.0.1:{plain}", "--tls-listen",
+         f"127.0.0.1:{tls}", "--tls", allkeys, "--discovery-port", "0", "--ns", "ram:1G", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", tls), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    modes = [("plain TCP", plain, None)] + [(n, tls, f) for n, f in files.items()]
+    runs = []
+    try:
+        for wl_name, wl in WORKLOADS:
+            for rep in range(a.reps):
+                for mode, port, f in modes:
+                    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}"
+                    cmd = ["taskset", "-c", "1", a.sens, "perf", "-r", trid, "--time", str(a.time),
+                           "--warmup", "0.5", "-q", "--size", "256M", "--json", "-"] + wl
+                    if f:
+                        cmd += ["--tls", f]
+                    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+                    if out.returncode != 0:
+                        sys.exit(f"{mode} {wl_name}: sens perf failed: {out.stderr}{out.stdout}")
+                    j = json.loads(out.stdout[out.stdout.index("{"):])
+                    job = j["jobs"][0]
+                    iops = job["read"]["iops"] + job["write"]["iops"]
+                    runs.append({"workload": wl_name, "mode": mode, "rep": rep, "iops": iops,
+                                 "host_cpu": job.get("usr_cpu", 0) + job.get("sys_cpu", 0)})
+    finally:
+        target.terminate()
+        target.wait(timeout=10)
+    print("| workload | plain TCP kIOPS | TLS_AES_128_GCM_SHA256 kIOPS (ratio) | "
+          "TLS_AES_256_GCM_SHA384 kIOPS (ratio) |")
+    print("|---|---|---|---|")
+    for wl_name, _ in WORKLOADS:
+        med = {m: statistics.median(r["iops"] for r in runs
+                                    if r["workload"] == wl_name and r["mode"] == m)
+               for m, _, _ in modes}
+        cells = [f"{med['plain TCP'] / 1e3:.1f}"]
+        for name in files:
+            cells.append(f"{med[name] / 1e3:.1f} ({med[name] / med['plain TCP']:.2f})")
+        print(f"| {wl_name} | " + " | ".join(cells) + " |")
+    if a.json:
+        json.dump(runs, open(a.json, "w"), indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,289 @@
+#pragma once
+// sens host library: NVMe over TCP for applications.
+//
+//   Controller  one NVMe/TCP controller: connected asynchronously from a transport ID, its
+//               namespaces, admin passthrough, asynchronous events, keep alive. It runs a
+//               thread of its own for the admin queue.
+//   Poller      what one application thread drives its I/O with: process_completions()
+//               runs that thread's connections and delivers its completions.
+//   IoQueue     a submitting queue (one per thread, or several): read / write / flush /
+//               write zeroes / deallocate on (namespace, LBA, count) with an iovec list and
+//               a completion callback (a plain function and a context: no allocation per I/O).
+//
+// Connections: with ShareMode::kNone every IoQueue has an NVMe/TCP connection of its own,
+// which its poller's thread drives itself (no other thread on the I/O path). With kLock and
+// kSendList the controller opens `connections` connections, each run by a library thread (its
+// owner), and IoQueues share them (round robin): kLock submitters take the connection's
+// mutex to submit and send; kSendList submitters push onto a lock-free send-list of their
+// own, which the owner drains with every other submitter's in one pass and coalesces into
+// one vectored send. Completions go back through per-queue lists the queue's poller drains.
+//
+// Threads: an IoQueue and its Poller belong to the thread that created the Poller (create
+// the queue there too); callbacks run on it, inside process_completions(). A queue created
+// without a poller has its callbacks run on its connection's owner thread instead.
+//
+// Lost connections: the controller reconnects as the Linux host does (reconnect_delay_s,
+// ctrl_loss_tmo_s in ControllerOptions): I/O waits, then is retried, or fails with
+// Status::kHostPathError once ctrl_loss_tmo_s has passed.
+#include <sys/uio.h>
+
+#include <climits>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sens {
+
+namespace host {
+class ControllerImpl;
+class PollerImpl;
+class IoQueueImpl;
+}  // namespace host
+
+// An NVMe completion status: (SCT << 8) | SC, and DNR.
+class Status {
+ public:
+  enum class Type : uint8_t {
+    kGeneric = 0,
+    kCommandSpecific = 1,
+    kMediaError = 2,
+    kPath = 3,  // path-related: the host lost the connection (reconnect), timed out, ...
+    kVendor = 7,
+  };
+  // What the host reports for errors it detects itself (the Linux host's values).
+  static constexpr uint16_t kHostPathError = 0x370;  // no usable path: transport lost
+  static constexpr uint16_t kHostAborted = 0x371;    // the command timed out
+
+  constexpr Status() = default;
+  constexpr explicit Status(uint16_t sct_sc, bool dnr = false) : raw_(sct_sc), dnr_(dnr) {}
+  bool ok() const { return raw_ == 0; }
+  Type type() const { return Type((raw_ >> 8) & 7); }
+  uint8_t code() const { return uint8_t(raw_); }
+  uint16_t raw() const { return raw_; }
+  bool dnr() const { return dnr_; }
+  bool path_error() const { return type() == Type::kPath; }
+  std::string to_string() const;  // "LBA Out of Range (0x080)"
+  bool operator==(const Status& o) const { return raw_ == o.raw_; }
+
+ private:
+  uint16_t raw_ = 0;
+  bool dnr_ = false;
+};
+
+struct Completion {
+  Status status;
+  uint32_t dw0 = 0, dw1 = 0;  // command specific
+};
+using Callback = void (*)(void* ctx, const Completion& completion);
+
+enum class ShareMode : uint8_t { kNone, kLock, kSendList };
+const char* share_mode_name(ShareMode mode);  // "none", "lock", "sendlist"
+bool parse_share_mode(std::string_view name, ShareMode* out);
+
+enum class ControllerState : uint8_t { kConnecting, kLive, kReconnecting, kFailed, kClosed };
+const char* controller_state_name(ControllerState s);
+
+struct ControllerOptions {
+  std::string hostnqn;      // empty: the TRID's, else nqn.2014-08.org.nvmexpress:uuid:<random>
+  uint32_t kato_ms = 5000;  // keep alive timeout (sent every kato/2); 0: none
+  ShareMode share = ShareMode::kNone;
+  uint32_t connections = 1;         // shared modes: I/O connections (M)
+  uint32_t connection_depth = 256;  // shared modes: commands in flight per connection, split
+                                    // among the queues on it (each takes its own depth)
+  uint32_t max_io_queues = 64;      // Set Features Number of Queues asks for this many
+  bool hdr_digest = false, data_digest = false;
+  bool disable_sqflow = false;  // Connect with SQ flow control disabled
+  // SENS coalescing of the I/O connections (see the README): off|eager|uniform|semantic|adaptive.
+  // kLock sends each command at once under the lock, whatever the policy.
+  std::string coalesce = "adaptive";
+  uint32_t pg_pdus = 16, pg_timeout_us = 50, ctrl_pdus = 4, ctrl_timeout_us = 10;
+  uint32_t pg_bytes = 64 * 1024;
+  // How owner threads and pollers wait: off|adaptive|always, and the longest adaptive spin.
+  std::string poll = "adaptive";
+  uint32_t poll_max_us = 50;
+  uint32_t io_timeout_ms = 30000, admin_timeout_ms = 10000, connect_timeout_ms = 10000;
+  uint32_t max_transfer = 1u << 20;  // the largest I/O the caller will submit (bytes)
+  // DH-HMAC-CHAP, as nvme connect --dhchap-secret / --dhchap-ctrl-secret (DHHC-1:xx:...:):
+  // every queue authenticates when the controller asks; with the controller's secret the
+  // controller is authenticated too.
+  std::string dhchap_secret, dhchap_ctrl_secret;
+  // TLS 1.3 with the first PSK of this file (NVMeTLSkey-1:..., as nvme gen-tls-key writes);
+  // empty: plain TCP.
+  std::string tls_psk_file;
+  // Reconnect, as the Linux host does it (nvme connect --reconnect-delay / --ctrl-loss-tmo).
+  // When any connection of the controller fails (the peer closed or reset it, a keep alive
+  // or a command timed out), the controller goes to kReconnecting: every connection is
+  // closed, I/O commands in flight are held (not failed) and retried once reconnected, up to
+  // 5 times each (nvme_core.max_retries), and new I/O submissions are accepted and held too.
+  // Every reconnect_delay_s seconds the controller tries a new association: admin queue,
+  // Connect, DH-HMAC-CHAP and TLS as configured, CC.EN, then the I/O connections of the
+  // share mode (shared ones on their owner threads; a kNone queue on its poller's thread, in
+  // that poller's next process_completions call). Once up it is kLive again and the held
+  // commands are sent. If it is not up within ctrl_loss_tmo_s seconds of the loss, it is
+  // kFailed: every held command, and every I/O submitted from then on, completes with
+  // Status::kHostPathError (SCT 3 SC 0x70). An attempt's connect and admin timeouts are cut
+  // to the time left, so a peer that accepts and never answers does not hold it past that. Admin
+  // commands are not held: one submitted or in flight while reconnecting completes with
+  // kHostPathError (as Linux fails passthrough). ctrl_loss_tmo_s 0: no reconnect, a lost connection
+  // fails the controller at once; kForever: never give up. reconnect_delay_s must be >= 1 when
+  // reconnecting.
+  static constexpr uint32_t kForever = UINT32_MAX;
+  uint32_t reconnect_delay_s = 10;
+  uint32_t ctrl_loss_tmo_s = 600;
+  // Called on the controller's thread at every state change: kConnecting and kLive (or
+  // kFailed) while connecting, then kReconnecting, kLive, kFailed. Not for kClosed.
+  void (*on_state)(void* ctx, ControllerState state) = nullptr;
+  void* on_state_ctx = nullptr;
+};
+
+// What the controller did to survive lost connections (Controller::counters()).
+struct ControllerCounters {
+  uint64_t losses = 0;              // connections lost while live (each starts a reconnect)
+  uint64_t reconnect_attempts = 0;  // associations tried
+  uint64_t reconnects = 0;          // ... that came up (kReconnecting -> kLive)
+  uint64_t retried = 0;             // I/O commands in flight at a loss, sent again after it
+  uint64_t held = 0;                // I/O commands submitted while reconnecting, sent after it
+};
+
+struct Namespace {
+  uint32_t nsid = 0;
+  uint64_t blocks = 0;  // NSZE
+  uint32_t block_size = 0;
+  uint64_t bytes() const { return blocks * block_size; }
+};
+
+// An admin command for passthrough: the library fills the CID and the data pointer.
+struct AdminCommand {
+  uint8_t opcode = 0;
+  uint32_t nsid = 0;
+  uint32_t cdw10 = 0, cdw11 = 0, cdw12 = 0, cdw13 = 0, cdw14 = 0, cdw15 = 0;
+  enum class Data : uint8_t { kNone, kToController, kFromController } data = Data::kNone;
+};
+
+struct PollerOptions {
+  std::string poll = "adaptive";  // off|adaptive|always, as ControllerOptions::poll
+  uint32_t poll_max_us = 50;
+};
+
+class Poller {
+ public:
+  explicit Poller(const PollerOptions& options = {});
+  ~Poller();
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+
+  // One pass over this thread's connections and completion lists: receives, sends what was
+  // submitted, runs callbacks. Waits up to `timeout_ns` for something to happen when nothing
+  // is ready (0: never; < 0: no limit); hybrid polling spins before it sleeps. `max` bounds
+  // the completions taken from shared connections' lists in this call (0: all). Returns the
+  // number of callbacks run.
+  int process_completions(uint32_t max = 0, int64_t timeout_ns = 0);
+
+  host::PollerImpl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<host::PollerImpl> impl_;
+};
+
+class IoQueue {
+ public:
+  ~IoQueue();  // commands still in flight are failed first (their callbacks run)
+  IoQueue(const IoQueue&) = delete;
+  IoQueue& operator=(const IoQueue&) = delete;
+
+  // Submit one command. `blocks` in the namespace's block size; the iovec array stays the
+  // caller's and must stay valid (as the data) until the callback. Returns 0, or: -EAGAIN
+  // (depth commands in flight already), -EINVAL (bad arguments, unknown namespace, LBA range
+  // past its end, data length not blocks x block size, more than 32 iovecs), -ENODEV
+  // (controller closed). While the controller is kReconnecting a command is accepted and held
+  // (see ControllerOptions::ctrl_loss_tmo_s); once it is kFailed a command is accepted and its
+  // callback gets Status::kHostPathError (in the poller's next process_completions).
+  int read(uint32_t nsid, uint64_t lba, uint32_t blocks, const iovec* iov, int iovcnt, Callback cb,
+           void* ctx);
+  int write(uint32_t nsid, uint64_t lba, uint32_t blocks, const iovec* iov, int iovcnt, Callback cb,
+            void* ctx);
+  int flush(uint32_t nsid, Callback cb, void* ctx);
+  int write_zeroes(uint32_t nsid, uint64_t lba, uint32_t blocks, Callback cb, void* ctx);
+  int deallocate(uint32_t nsid, uint64_t lba, uint32_t blocks, Callback cb, void* ctx);
+
+  // The same as the poller's (the queue's thread drives all its queues at once).
+  int process_completions(uint32_t max = 0, int64_t timeout_ns = 0);
+
+  uint32_t depth() const;
+  uint32_t inflight() const;
+  int connection() const;  // the controller connection index carrying it (-1: its own)
+
+  host::IoQueueImpl& impl() { return *impl_; }
+
+ private:
+  friend class host::ControllerImpl;
+  explicit IoQueue(std::unique_ptr<host::IoQueueImpl> impl);
+  std::unique_ptr<host::IoQueueImpl> impl_;
+};
+
+class Controller;
+struct ConnectResult {
+  std::unique_ptr<Controller> controller;  // null on failure
+  std::string error;                       // why, naming the step that failed
+};
+using ConnectCallback = void (*)(void* ctx, ConnectResult result);
+using AsyncEventCallback = void (*)(void* ctx, uint32_t dw0);
+
+class Controller {
+ public:
+  // Connects (admin queue, CC.EN, Identify, namespaces, and in the shared modes the I/O
+  // connections) on the controller's own thread. `trid` as SPDK writes it:
+  // "trtype:tcp traddr:127.0.0.1 trsvcid:4420 subnqn:nqn...".
+  static std::future<ConnectResult> connect(std::string_view trid,
+                                            const ControllerOptions& options = {});
+  // The same; `cb` runs on the controller's thread once connected or failed.
+  static void connect(std::string_view trid, const ControllerOptions& options, ConnectCallback cb,
+                      void* ctx);
+  ~Controller();  // shuts the controller down (CC.SHN) and closes everything
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  const std::vector<Namespace>& namespaces() const;
+  const Namespace* find_namespace(uint32_t nsid) const;
+
+  // A submitting queue of `depth` commands, driven by `poller` (null: callbacks on the
+  // connection owner's thread). Call it on the poller's thread. Null and *error on failure
+  // (no qid left, no room in a shared connection's cid space, connect refused).
+  std::unique_ptr<IoQueue> create_io_queue(Poller* poller, uint32_t depth = 32,
+                                           std::string* error = nullptr);
+
+  // Admin passthrough; `cb` runs on the controller's thread. 0, -EINVAL or -ENODEV.
+  int admin(const AdminCommand& cmd, void* buf, uint32_t len, Callback cb, void* ctx);
+  // The same, waited for.
+  Completion admin_sync(const AdminCommand& cmd, void* buf = nullptr, uint32_t len = 0);
+  // Called (on the controller's thread) with dw0 of every Asynchronous Event completion;
+  // the library keeps one AER outstanding while a callback is set.
+  void set_async_event_callback(AsyncEventCallback cb, void* ctx);
+
+  ControllerState state() const;
+  // Replaces ControllerOptions::on_state (null: none); returns once it is in place.
+  void set_state_callback(void (*cb)(void* ctx, ControllerState state), void* ctx);
+  // Why the controller last lost a connection or failed a reconnect ("" if it never did).
+  std::string last_error() const;
+  ControllerCounters counters() const;
+  uint16_t cntlid() const;  // changes with every reconnect (a new association)
+  const std::string& subnqn() const;
+  uint32_t max_transfer() const;  // MDTS in bytes (0: no limit)
+  uint64_t keep_alives_sent() const;
+  const ControllerOptions& options() const;
+
+  host::ControllerImpl& impl() { return *impl_; }
+
+  // Orderly shutdown now (the destructor's work); idempotent.
+  void shutdown();
+
+ private:
+  friend class host::ControllerImpl;
+  explicit Controller(std::unique_ptr<host::ControllerImpl> impl);
+  std::unique_ptr<host::ControllerImpl> impl_;
+};
+
+}  // namespace sens

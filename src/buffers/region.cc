@@ -1,0 +1,91 @@
+#include "buffers/region.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace sens::buffers {
+
+const char* page_kind_name(PageKind kind) {
+  switch (kind) {
+    case PageKind::kHugetlb:
+      return "hugetlb";
+    case PageKind::kTransparent:
+      return "transparent";
+    case PageKind::kSmall:
+      return "4k";
+  }
+  return "?";
+}
+
+uint64_t free_hugetlb_pages() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    unsigned long long n = 0;
+    if (std::sscanf(line.c_str(), "HugePages_Free: %llu", &n) == 1) return n;
+  }
+  return 0;
+}
+
+std::unique_ptr<Region> Region::reserve(uint64_t bytes, bool want_huge, std::string* error) {
+  const uint64_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  if (want_huge && free_hugetlb_pages() >= size / kHugePage) {
+    // Explicit pages only when enough are free: a hugetlb mapping without them would take
+    // SIGBUS on first touch.
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
+                   -1, 0);
+    if (p != MAP_FAILED) {
+      auto* b = static_cast<uint8_t*>(p);
+      return std::unique_ptr<Region>(new Region(b, size, b, size, PageKind::kHugetlb));
+    }
+  }
+  // One extra huge page of address space to align the start to 2 MiB.
+  const uint64_t map_len = size + kHugePage;
+  void* p = mmap(nullptr, map_len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    *error = "cannot reserve " + std::to_string(size) + " bytes: " + std::strerror(errno);
+    return nullptr;
+  }
+  auto* map = static_cast<uint8_t*>(p);
+  auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map) + kHugePage - 1) /
+                                          kHugePage * kHugePage);
+  PageKind kind = PageKind::kSmall;
+  if (want_huge && madvise(base, size, MADV_HUGEPAGE) == 0) kind = PageKind::kTransparent;
+  if (!want_huge) madvise(base, size, MADV_NOHUGEPAGE);  // the baseline stays on 4 KiB pages
+  return std::unique_ptr<Region>(new Region(map, map_len, base, size, kind));
+}
+
+Region::~Region() {
+  munmap(map_, map_len_);
+}
+
+void Region::discard(uint8_t* p, uint64_t n) {
+  if (kind_ != PageKind::kHugetlb) madvise(p, n, MADV_DONTNEED);
+}
+
+uint64_t Region::huge_bytes() const {
+  if (kind_ == PageKind::kHugetlb) return size_;
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(base_), hi = lo + size_;
+  bool inside = false;
+  uint64_t total = 0;
+  while (std::getline(f, line)) {
+    unsigned long long a = 0, b = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &a, &b) == 2 && line.find(':') > 12) {
+      inside = a < hi && b > lo;  // a mapping line ("start-end perms ...")
+      continue;
+    }
+    unsigned long long kb = 0;
+    if (inside && std::sscanf(line.c_str(), "AnonHugePages: %llu kB", &kb) == 1) total += kb * 1024;
+  }
+  return total;
+}
+
+}  // namespace sens::buffers

@@ -1,0 +1,403 @@
+#pragma once
+// The implementation behind include/sens/host.h: reactor threads (the controller's, and one
+// owner per shared connection), pollers, submitting queues and the three ways they reach a
+// connection (their own, a lock, per-submitter send-lists).
+#include <sens/host.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/histogram.h"
+#include "common/spsc_ring.h"
+#include "host/controller.h"
+#include "host/queue.h"
+#include "reactor/reactor.h"
+#include "wire/nvme_build.h"
+
+namespace sens::host {
+
+// A reactor on a thread of its own. Jobs run at the top of its loop, outside any pass, so a
+// job may drive the reactor itself (connection set-up, synchronous admin commands).
+class ReactorThread {
+ public:
+  ReactorThread(const char* name, PollMode mode, Nanos max_spin);
+  ~ReactorThread();  // stops and joins
+  ReactorThread(const ReactorThread&) = delete;
+  ReactorThread& operator=(const ReactorThread&) = delete;
+
+  Reactor& reactor() { return *reactor_; }
+  void run_job(std::function<void()> fn);
+  // Runs fn on the thread and waits for it (inline when called on the thread).
+  void call(const std::function<void()>& fn);
+  bool on_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  void loop(const char* name, PollMode mode, Nanos max_spin);
+  std::unique_ptr<Reactor> reactor_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool ready_ = false;
+  std::vector<std::function<void()>> jobs_;
+  std::atomic<bool> has_jobs_{false}, stop_{false};
+};
+
+// One command of a submitting queue, kept until it completes: what a (re)submission needs.
+struct Request {
+  nvme::Sqe sqe{};
+  const iovec* iov = nullptr;
+  iovec one{};
+  uint16_t iovcnt = 0;
+  uint32_t len = 0;
+  DataDir dir = DataDir::kNone;
+  sens::Callback user_cb = nullptr;
+  void* user_ctx = nullptr;
+  nvme::DsmRange dsm{};  // deallocate's range
+  uint8_t retries = 0;   // times held across a lost connection
+};
+
+// Times one command is held across lost connections before it fails (nvme_core.max_retries).
+inline constexpr uint8_t kMaxRetries = 5;
+
+struct CompletionEntry {
+  uint16_t cid = 0;  // relative to the submitter's first cid
+  Completion c;
+};
+
+class SharedConnection;
+class PollerImpl;
+class IoQueueImpl;
+
+// A submitter's end of a shared connection: its cids, its send-list (sendlist mode) and its
+// completion list. Each list has one producer thread and one consumer thread.
+struct SubmitterLink {
+  SubmitterLink(SharedConnection& c, IoQueueImpl& q, PollerImpl* p, uint16_t base, uint16_t n)
+      : conn(c), queue(q), poller(p), cid_base(base), depth(n), send(n), done(n), freed(n) {}
+  SharedConnection& conn;
+  IoQueueImpl& queue;
+  PollerImpl* poller;  // null: callbacks run on the owner thread
+  uint16_t cid_base, depth;
+  SpscRing<uint16_t> send;           // submitter -> owner: cids to send (relative)
+  SpscRing<CompletionEntry> done;    // owner -> submitter's poller
+  SpscRing<uint16_t> freed;          // owner -> submitter: cids freed by owner-thread callbacks
+  bool touched = false;              // owner: got completions this pass (wake its poller)
+  std::atomic<bool> closing{false};  // its queue is being destroyed: hold nothing more
+};
+
+struct DrainStats {
+  uint64_t passes = 0;   // owner passes that found send-list entries
+  uint64_t entries = 0;  // entries drained
+  Histogram per_pass;    // entries per such pass
+};
+
+// The owner thread of shared connections: it sleeps only when no send-list has entries.
+class OwnerThread final : public SleepGuard {
+ public:
+  OwnerThread(PollMode mode, Nanos max_spin);
+  ~OwnerThread() override;
+  ReactorThread& thread() { return thread_; }
+  Reactor& reactor() { return thread_.reactor(); }
+  void add(SharedConnection* c) { conns_.push_back(c); }
+  // A submitter queued work: wake the owner if it sleeps (the only syscall a submitter makes).
+  void doorbell() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_relaxed) &&
+        sleeping_.exchange(false, std::memory_order_relaxed)) {
+      wakeups_.fetch_add(1, std::memory_order_relaxed);
+      reactor().wake();
+    }
+  }
+  uint64_t doorbell_wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
+
+  bool before_sleep() override;
+  void after_sleep() override { sleeping_.store(false, std::memory_order_relaxed); }
+
+ private:
+  ReactorThread thread_;
+  std::vector<SharedConnection*> conns_;  // owner thread only
+  std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> wakeups_{0};
+};
+
+class ControllerImpl;
+
+// One NVMe/TCP I/O connection shared by several submitting queues (kLock or kSendList), or
+// the connection of one queue whose callbacks run on the owner thread.
+class SharedConnection final : public PassHook, public PassEndHandler {
+ public:
+  SharedConnection(ControllerImpl& ctrl, int index, ShareMode mode, uint16_t qid, uint32_t depth);
+  ~SharedConnection() override;
+
+  // On the owner thread: connect (ICReq, Fabrics Connect). "" or the error.
+  std::string open();
+  void close(const char* why);  // owner thread
+
+  // Reconnect, on the owner thread. teardown: close the connection (what was in flight is
+  // held). reopen: a new connection of association `epoch`, then the held commands are sent
+  // (resend_held, once the controller is live). fail_held: the controller failed, held commands
+  // complete with a path error.
+  void teardown(const std::string& why);
+  std::string reopen(uint64_t epoch);
+  void resend_held();  // the controller is live again: send what was held
+  void fail_held();
+  void fail_link_held(SubmitterLink* l);  // l's queue is going away
+
+  // Reserves `n` contiguous cids for a submitter (any thread; set-up only). -1: no room.
+  int reserve(uint16_t n);
+  void release(uint16_t base, uint16_t n);
+  void add_link(SubmitterLink* l);     // owner thread
+  void remove_link(SubmitterLink* l);  // owner thread
+
+  // kLock: submit and send under the mutex, from the submitter's thread.
+  bool submit_locked(uint16_t cid);
+  // kSendList: a submitter queued entries.
+  void doorbell() { owner_->doorbell(); }
+
+  ShareMode mode() const { return mode_; }
+  int index() const { return index_; }
+  Request& request(uint16_t cid) { return requests_[cid]; }
+  OwnerThread& owner() { return *owner_; }
+  const std::vector<SubmitterLink*>& links() const { return links_; }
+  bool has_queued() const;  // owner thread: a send-list has entries
+
+  // Read on the owner thread (OwnerThread::thread().call).
+  Queue* queue() { return queue_.get(); }
+  const DrainStats& drain_stats() const { return drain_; }
+  void reset_drain_stats() { drain_ = DrainStats{}; }
+
+  // PassHook: drains every submitter's send-list into the connection.
+  bool on_pass() override;
+  // PassEndHandler: wakes the pollers that got completions this pass.
+  void on_pass_end() override;
+
+ private:
+  static void on_done(void* ctx, uint64_t cid, const Completion& c);
+  static void on_queue_failure(void* ctx, Queue& q);
+  bool hold(uint16_t cid, const Completion& c);  // a made-up failure of a lost connection
+  void submit_one(uint16_t cid);
+  void route(uint16_t cid, const Completion& c);
+
+  ControllerImpl& ctrl_;
+  int index_;
+  ShareMode mode_;
+  uint16_t qid_;
+  uint32_t depth_;
+  std::unique_ptr<OwnerThread> owner_;
+  std::unique_ptr<Queue> queue_;
+  std::vector<Request> requests_;        // by cid
+  std::vector<SubmitterLink*> link_of_;  // by cid
+  std::vector<SubmitterLink*> links_;    // owner thread
+  std::vector<SubmitterLink*> touched_;  // owner thread, this pass
+  std::mutex reserve_mu_;
+  std::vector<bool> reserved_;
+  std::mutex lock_;  // kLock: the connection's mutex
+  DrainStats drain_;
+  // Held while reconnecting (cids). kSendList: the owner thread's; kLock: under lock_.
+  std::vector<uint16_t> held_;
+  uint64_t epoch_ = 0;  // the association the connection belongs to
+};
+
+class PollerImpl final : public PassHook, public SleepGuard {
+ public:
+  explicit PollerImpl(const PollerOptions& o);
+  ~PollerImpl() override;
+  Reactor& reactor() { return reactor_; }
+  int process_completions(uint32_t max, int64_t timeout_ns);
+  void add_link(SubmitterLink* l) { links_.push_back(l); }
+  void remove_link(SubmitterLink* l);
+  void count_delivered() { ++delivered_; }
+  void add_queue(IoQueueImpl* q) { queues_.push_back(q); }
+  void remove_queue(IoQueueImpl* q);
+  // A controller changed state (any thread): the next process_completions reconnects, fails
+  // or closes this poller's queues as it says.
+  void request_recovery() {
+    recovery_.store(true, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    wake_if_sleeping();
+  }
+  void mark_local_work() { local_work_ = true; }  // the poller's own thread
+  void wake_if_sleeping() {
+    if (sleeping_.load(std::memory_order_relaxed) &&
+        sleeping_.exchange(false, std::memory_order_relaxed))
+      reactor_.wake();
+  }
+
+  bool on_pass() override;
+  bool before_sleep() override;
+  void after_sleep() override { sleeping_.store(false, std::memory_order_relaxed); }
+
+ private:
+  void recover();
+
+  Reactor reactor_;
+  std::vector<SubmitterLink*> links_;
+  std::vector<IoQueueImpl*> queues_;
+  std::atomic<bool> recovery_{false};
+  bool local_work_ = false;
+  std::atomic<bool> sleeping_{false};
+  uint32_t budget_ = 0;  // completions left to take from lists in this call (0: no limit)
+  bool limited_ = false;
+  int delivered_ = 0;
+};
+
+class IoQueueImpl {
+ public:
+  IoQueueImpl(ControllerImpl& ctrl, PollerImpl* poller, uint32_t depth);
+  ~IoQueueImpl();
+  // Set-up (on the poller's thread): an inline connection, or a link to a shared one.
+  std::string attach_inline(uint16_t qid);
+  std::string attach_shared(SharedConnection& c);
+
+  int submit(uint8_t opcode, uint32_t nsid, uint64_t lba, uint32_t blocks, const iovec* iov,
+             int iovcnt, sens::Callback cb, void* ctx);
+  // A command of this queue completed (on the thread that runs its callbacks).
+  void deliver(uint16_t cid, const Completion& c);
+  // On the poller's thread, at the top of process_completions: acts on the controller's
+  // state (close, reconnect and resend, or fail what is held).
+  void recover();
+
+  uint32_t depth() const { return depth_; }
+  uint32_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
+  int connection() const { return shared_ ? shared_->index() : -1; }
+  Queue* inline_queue() { return inline_.get(); }
+  SharedConnection* shared() { return shared_; }
+  PollerImpl* poller() { return poller_; }
+
+ private:
+  static void on_inline_done(void* ctx, uint64_t cid, const Completion& c);
+  static void on_inline_failure(void* ctx, Queue& q);
+  bool pop_cid(uint16_t* cid);
+  void fail_later(uint16_t cid);  // a command of a failed controller: path error, later
+  void reconnect_inline(uint64_t epoch);
+  void fail_list(std::vector<uint16_t>& list);
+
+  ControllerImpl& ctrl_;
+  PollerImpl* poller_;
+  uint32_t depth_;
+  std::unique_ptr<Queue> inline_;
+  std::vector<Request> own_requests_;  // inline
+  Request* requests_ = nullptr;        // inline: own_requests_; shared: the connection's
+  SharedConnection* shared_ = nullptr;
+  std::unique_ptr<SubmitterLink> link_;
+  std::vector<uint16_t> free_;  // cids (relative), the submitting thread's
+  std::mutex submit_mu_;        // no poller: callbacks on the owner thread may submit too
+  std::atomic<uint32_t> inflight_{0};
+  uint16_t qid_ = 0;
+  // Recovery, the poller's thread: inline commands held while reconnecting, commands of a
+  // failed controller waiting for their callback, the association of the inline connection
+  // and the last one a reconnect was tried for.
+  std::vector<uint16_t> held_, failed_, scratch_;
+  uint64_t epoch_ = 0, tried_ = 0;
+  bool closing_ = false;
+};
+
+class ControllerImpl {
+ public:
+  ControllerImpl(const TransportId& trid, const sens::ControllerOptions& o);
+  ~ControllerImpl();
+  static std::unique_ptr<sens::Controller> wrap(std::unique_ptr<ControllerImpl> impl);
+  // On the controller thread: the whole bring-up. "" or the error.
+  std::string bring_up();
+  void shutdown();
+
+  const sens::ControllerOptions& options() const { return o_; }
+  const std::vector<Namespace>& namespaces() const { return namespaces_; }
+  const Namespace* find_namespace(uint32_t nsid) const;
+  ControllerState state() const { return state_.load(std::memory_order_acquire); }
+  // The association: incremented by every reconnect.
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  // A command whose connection was lost may be held for a reconnect.
+  bool may_hold() const {
+    const ControllerState s = state();
+    return o_.ctrl_loss_tmo_s > 0 && s != ControllerState::kFailed && s != ControllerState::kClosed;
+  }
+  // Any thread: a connection of association `epoch` failed.
+  void connection_lost(uint64_t epoch, const std::string& why);
+  void count_resent(uint64_t retried, uint64_t held) {
+    if (retried) retried_.fetch_add(retried, std::memory_order_relaxed);
+    if (held) held_.fetch_add(held, std::memory_order_relaxed);
+  }
+  sens::ControllerCounters counters() const;
+  std::string last_error() const;
+  void set_state_callback(void (*cb)(void*, ControllerState), void* ctx);
+  void add_poller(PollerImpl* p);
+  void remove_poller(PollerImpl* p);
+
+  // Connects `q` (opened on its reactor's thread, which drives it here) as I/O queue `qid`.
+  std::string connect_io(Queue& q, uint16_t qid, uint16_t sqsize);
+  QueueOptions io_queue_options(uint16_t qid, uint32_t depth, bool shared_lock) const;
+  int take_qid();  // -1 when none is left
+  void give_qid(uint16_t qid);
+
+  std::unique_ptr<sens::IoQueue> create_io_queue(Poller* poller, uint32_t depth,
+                                                 std::string* error);
+  int admin(const AdminCommand& cmd, void* buf, uint32_t len, sens::Callback cb, void* ctx);
+  void set_async_event_callback(AsyncEventCallback cb, void* ctx);
+
+  ReactorThread& control() { return *control_; }
+  Controller& admin_controller() { return *ctrl_; }
+  std::vector<std::unique_ptr<SharedConnection>>& shared() { return shared_; }
+  uint16_t cntlid() const { return cntlid_; }
+  uint32_t max_transfer() const { return max_transfer_; }
+  uint64_t keep_alives() const;
+  const std::string& subnqn() const { return trid_.subnqn; }
+  const TransportId& trid() const { return trid_; }
+  PollMode poll_mode() const { return poll_; }
+  Nanos poll_max_spin() const { return max_spin_; }
+  const coalesce::Config& coalesce() const { return coalesce_; }
+
+ private:
+  static void on_aer(void* ctx, uint64_t tag, const host::Completion& c);
+  static void on_admin_lost(void* ctx, const std::string& why);
+  void submit_aer();
+  // Reconnect, on the controller thread.
+  void on_lost(uint64_t epoch, const std::string& why);
+  void teardown(const std::string& why);
+  void attempt_reconnect();
+  std::string renegotiate_queues();
+  void fail_controller(const std::string& why);
+  void set_state(ControllerState s);
+  void set_error(const std::string& why);
+  void notify_pollers();
+
+  TransportId trid_;
+  sens::ControllerOptions o_;
+  coalesce::Config coalesce_;
+  PollMode poll_ = PollMode::kAdaptive;
+  Nanos max_spin_ = 50 * kMicro;
+  std::unique_ptr<ReactorThread> control_;
+  std::unique_ptr<Controller> ctrl_;  // the admin queue, on the controller thread
+  std::vector<Namespace> namespaces_;
+  std::vector<std::unique_ptr<SharedConnection>> shared_;
+  std::atomic<uint32_t> next_shared_{0};
+  std::atomic<ControllerState> state_{ControllerState::kConnecting};
+  uint16_t cntlid_ = 0;
+  uint32_t max_transfer_ = 0;
+  uint32_t incapsule_ = 0;
+  uint32_t mqes_ = 0;
+  std::mutex qid_mu_;
+  std::vector<bool> qid_used_;  // index qid
+  AsyncEventCallback aer_cb_ = nullptr;
+  void* aer_ctx_ = nullptr;
+  bool aer_outstanding_ = false;
+  std::atomic<bool> shut_{false};
+  std::atomic<uint64_t> epoch_{1};
+  Timer reconnect_timer_, loss_timer_;  // the controller thread's reactor
+  Nanos loss_deadline_ = 0;
+  void (*state_cb_)(void*, ControllerState) = nullptr;
+  void* state_ctx_ = nullptr;
+  std::atomic<uint64_t> losses_{0}, attempts_{0}, reconnects_{0}, retried_{0}, held_{0};
+  mutable std::mutex error_mu_;
+  std::string last_error_;
+  std::mutex pollers_mu_;
+  std::vector<PollerImpl*> pollers_;  // one entry per queue driven by a poller
+};
+
+// The ControllerOptions' coalescing settings, checked. "" or the error.
+std::string coalesce_config(const sens::ControllerOptions& o, coalesce::Config* out);
+
+}  // namespace sens::host

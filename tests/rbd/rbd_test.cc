@@ -1,0 +1,390 @@
+// RBD namespaces against a real one-node Ceph cluster (../shared/ceph/minicluster.sh), which
+// this binary starts itself in a private directory on free ports and removes at the end:
+// `sens target --ns rbd:...` under `sens perf --verify` (4 KiB in-capsule writes, 128 KiB
+// R2T writes, reads), Flush / Write Zeroes / FUA / Deallocate read back through a raw client,
+// one identity (NGUID, UUID) from two targets on one image, and quick, precise refusals of a
+// missing image or pool and of a cluster nobody answers for.
+//
+// No cluster means a failure, not a skip: only SENS_SKIP_RBD=1 skips these tests.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "../integration/child_process.h"
+#include "../integration/raw_client.h"
+
+namespace sens::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nvme::Xfer;
+constexpr const char* kNqn = "nqn.2026-11.io.sens-target:rbd";
+constexpr uint32_t kBlock = 512;
+
+std::string g_base;  // the cluster's directory (conf, keyrings, OSD files)
+std::string g_script;
+std::string g_conf;
+std::string g_setup_error;  // why the cluster is not there ("" when it is)
+
+bool skip_requested() {
+  const char* s = std::getenv("SENS_SKIP_RBD");
+  return s != nullptr && std::string(s) == "1";
+}
+
+std::string minicluster_script() {
+  if (const char* s = std::getenv("SENS_MINICLUSTER")) return s;
+  return std::string(SENS_SOURCE_DIR) + "/../shared/ceph/minicluster.sh";
+}
+
+RunResult cluster_command(const std::string& what, int timeout_ms = 240000) {
+  return run_command({g_script, what}, timeout_ms);
+}
+
+RunResult rbd_cli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/rbd", "--conf", g_conf};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, 60000);
+}
+
+class CephCluster : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (skip_requested()) return;
+#if !SENS_HAVE_RBD
+    g_setup_error = "this build has no RBD backend (librbd-dev, librados-dev: make deps)";
+    return;
+#endif
+    g_script = minicluster_script();
+    if (access(g_script.c_str(), X_OK) != 0) {
+      g_setup_error = "no cluster script at " + g_script + " (set SENS_MINICLUSTER)";
+      return;
+    }
+    char tmpl[] = "/tmp/sens-rbd-XXXXXX";
+    if (!mkdtemp(tmpl)) {
+      g_setup_error = "mkdtemp failed";
+      return;
+    }
+    g_base = tmpl;
+    g_conf = g_base + "/ceph.conf";
+    uint16_t v2 = free_port(), v1 = free_port();
+    while (v1 == v2) v1 = free_port();
+    setenv("BASE", g_base.c_str(), 1);
+    setenv("MON_V2_PORT", std::to_string(v2).c_str(), 1);
+    setenv("MON_V1_PORT", std::to_string(v1).c_str(), 1);
+    setenv("OSD_SIZE_GB", "4", 1);
+    setenv("IMAGE", "disk0", 1);
+    setenv("IMAGE_SIZE", "1G", 1);
+    setenv("CEPH_CONF", g_conf.c_str(), 1);  // for the targets started without conf=
+    auto t0 = Clock::now();
+    RunResult r = cluster_command("start");
+    if (r.code != 0) {
+      g_setup_error =
+          "minicluster.sh start failed (" + std::to_string(r.code) + "):\n" + r.out + r.err;
+      return;
+    }
+    std::printf("[ cluster  ] started in %.1f s at %s (mon ports %u, %u)\n",
+                std::chrono::duration<double>(Clock::now() - t0).count(), g_base.c_str(), v2, v1);
+    for (const char* image : {"disk1", "small"}) {
+      RunResult c = rbd_cli({"create", "--size", image == std::string("small") ? "64M" : "1G",
+                             std::string("rbd/") + image});
+      if (c.code != 0) {
+        g_setup_error = std::string("rbd create ") + image + " failed: " + c.err;
+        return;
+      }
+    }
+  }
+  void TearDown() override {
+    if (g_base.empty()) return;
+    cluster_command("clean");
+    std::error_code ec;
+    std::filesystem::remove_all(g_base, ec);
+  }
+};
+
+::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new CephCluster);
+
+#define REQUIRE_CLUSTER()                                           \
+  do {                                                              \
+    if (skip_requested()) GTEST_SKIP() << "SENS_SKIP_RBD=1";        \
+    ASSERT_EQ(g_setup_error, "") << "no Ceph cluster for the test"; \
+  } while (0)
+
+// A `sens target` child on a free port, serving `namespaces`.
+struct RunningTarget {
+  TempDir dir;
+  Child child;
+  uint16_t port = 0;
+
+  std::string start(const std::vector<std::string>& namespaces,
+                    const std::vector<std::string>& extra = {}, int timeout_ms = 30000) {
+    std::string why;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      port = free_port();
+      std::vector<std::string> argv = {
+          SENS_BINARY,        "target", "--listen", "127.0.0.1:" + std::to_string(port),
+          "--discovery-port", "0",      "--nqn",    kNqn};
+      for (auto& ns : namespaces) {
+        argv.push_back("--ns");
+        argv.push_back(ns);
+      }
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      if (!child.start(argv, dir.file("out"), dir.file("err"))) return "fork failed";
+      if (child.wait_for_text(dir.file("out"), "listening on", timeout_ms)) return "";
+      child.kill_now();
+      why = read_file(dir.file("err"));
+      if (why.find("cannot listen") == std::string::npos) return "target did not start: " + why;
+    }
+    return "no free port: " + why;
+  }
+  std::string trid() const {
+    return "trtype:tcp traddr:127.0.0.1 trsvcid:" + std::to_string(port) + " subnqn:" + kNqn;
+  }
+  std::string log() { return read_file(dir.file("out")) + read_file(dir.file("err")); }
+};
+
+std::string image_spec(const std::string& image) {
+  return "rbd:rbd/" + image + ",conf=" + g_conf;
+}
+
+TEST(Rbd, PerfVerifyReadsAndWrites) {
+  REQUIRE_CLUSTER();
+  RunningTarget t;
+  ASSERT_EQ(t.start({image_spec("disk0")}), "");
+  EXPECT_NE(t.log().find("rbd rbd/disk0 (1 GiB"), std::string::npos) << t.log();
+  // 4 KiB writes travel in the capsule (8 KiB in-capsule data); 128 KiB writes after an R2T.
+  for (const char* bs : {"4k", "128k"}) {
+    for (const char* rw : {"randwrite", "randread", "randrw"}) {
+      RunResult r =
+          run_command({SENS_BINARY, "perf", "-r", t.trid(), "--rw", rw, "--bs", bs, "--qd", "16",
+                       "--time", "2", "--warmup", "0", "--size", "64M", "--verify", "-q"},
+                      60000);
+      SCOPED_TRACE(std::string(rw) + " " + bs + ":\n" + r.out + r.err);
+      EXPECT_EQ(r.code, 0);
+      EXPECT_NE(r.out.find("errors: 0"), std::string::npos);
+      EXPECT_NE(r.out.find(" 0 failed"), std::string::npos);
+      EXPECT_EQ(r.out.find("verify: 0 blocks checked"), std::string::npos);
+    }
+  }
+}
+
+// qd=2: at most two requests in librbd per queue, the host keeps 32 in flight; the rest wait
+// in order and none fails.
+TEST(Rbd, FullQueueWaitsAndNeverFails) {
+  REQUIRE_CLUSTER();
+  RunningTarget t;
+  const std::string stats = t.dir.file("stats.json");
+  ASSERT_EQ(t.start({image_spec("disk0") + ",qd=2"}, {"--stats-json", stats}), "");
+  for (const char* rw : {"randwrite", "randread"}) {
+    RunResult r =
+        run_command({SENS_BINARY, "perf", "-r", t.trid(), "--rw", rw, "--bs", "4k", "--qd", "32",
+                     "--time", "2", "--warmup", "0", "--size", "64M", "--verify", "-q"},
+                    60000);
+    SCOPED_TRACE(std::string(rw) + ":\n" + r.out + r.err);
+    EXPECT_EQ(r.code, 0);
+    EXPECT_NE(r.out.find("errors: 0"), std::string::npos);
+  }
+  ASSERT_TRUE(t.child.signal(SIGTERM));
+  ASSERT_EQ(t.child.wait(60000), 0) << t.log();
+  std::string j = read_file(stats);
+  auto at = j.find("\"waited\"");
+  ASSERT_NE(at, std::string::npos) << j;
+  EXPECT_GT(std::atoll(j.c_str() + j.find(':', at) + 1), 0) << j;
+}
+
+// NGUID (descriptor type 2) and UUID (type 3) from Identify CNS 03h of namespace 1.
+std::string identity(uint16_t port, std::vector<uint8_t>* nguid, std::vector<uint8_t>* uuid) {
+  Session s;
+  std::string why = s.open(port, kNqn);
+  if (!why.empty()) return why;
+  std::vector<uint8_t> buf(4096);
+  Result r = s.admin.exec(nvme::make_identify(3, 1), nullptr, 0, buf.data(), 4096);
+  if (!r.ok()) return "identify 03h: " + r.describe();
+  for (size_t off = 0; off + 4 <= buf.size() && buf[off] != 0;) {
+    uint8_t type = buf[off], len = buf[off + 1];
+    if (type == nvme::kNidtNguid) nguid->assign(&buf[off + 4], &buf[off + 4 + len]);
+    if (type == nvme::kNidtUuid) uuid->assign(&buf[off + 4], &buf[off + 4 + len]);
+    off += 4 + len;
+  }
+  if (nguid->size() != 16 || uuid->size() != 16) return "no NGUID or UUID descriptor";
+  return "";
+}
+
+TEST(Rbd, IdentityIsTheImagesOnEveryTarget) {
+  REQUIRE_CLUSTER();
+  RunningTarget a, b, other;
+  ASSERT_EQ(a.start({image_spec("disk1")}), "");
+  // The second gateway names the same image its own way: CEPH_CONF instead of conf=.
+  ASSERT_EQ(b.start({"rbd:rbd/disk1"}), "");
+  ASSERT_EQ(other.start({image_spec("disk0")}), "");
+  std::vector<uint8_t> nguid_a, uuid_a, nguid_b, uuid_b, nguid_o, uuid_o;
+  ASSERT_EQ(identity(a.port, &nguid_a, &uuid_a), "");
+  ASSERT_EQ(identity(b.port, &nguid_b, &uuid_b), "");
+  ASSERT_EQ(identity(other.port, &nguid_o, &uuid_o), "");
+  EXPECT_EQ(nguid_a, nguid_b);
+  EXPECT_EQ(uuid_a, uuid_b);
+  EXPECT_NE(nguid_a, nguid_o);
+  EXPECT_NE(uuid_a, uuid_o);
+  EXPECT_NE(nguid_a, std::vector<uint8_t>(16, 0));
+  EXPECT_EQ(uuid_a[6] >> 4, 8);  // RFC 9562 version 8
+  EXPECT_EQ(uuid_a[8] >> 6, 2);  // variant 10
+  // Identify Namespace: the same NGUID, EUI64 its first 8 bytes, the image's size.
+  Session s;
+  ASSERT_EQ(s.open(a.port, kNqn), "");
+  nvme::IdentifyNamespace idn{};
+  ASSERT_TRUE(s.admin.exec(nvme::make_identify(0, 1), nullptr, 0, &idn, sizeof idn).ok());
+  EXPECT_EQ(idn.nsze, (1ull << 30) / kBlock);
+  EXPECT_EQ(std::memcmp(idn.nguid, nguid_a.data(), 16), 0);
+  EXPECT_EQ(std::memcmp(idn.eui64, nguid_a.data(), 8), 0);
+  EXPECT_EQ(idn.dlfeat, 0);  // librbd skips partial discards: deallocated blocks may keep data
+}
+
+std::vector<uint8_t> read_blocks(RawClient& io, uint64_t slba, uint32_t nlb, Result* out) {
+  std::vector<uint8_t> data(size_t(nlb) * kBlock);
+  *out = io.exec(
+      nvme::make_io(nvme::io_op::kRead, 1, slba, nlb, Xfer::kTransport, uint32_t(data.size())),
+      nullptr, 0, data.data(), uint32_t(data.size()), false, 20000);
+  return data;
+}
+
+Result write_blocks(RawClient& io, uint64_t slba, const std::vector<uint8_t>& data, bool fua) {
+  uint32_t nlb = uint32_t(data.size() / kBlock);
+  bool in_capsule = data.size() <= 8192;
+  auto sqe = nvme::make_io(nvme::io_op::kWrite, 1, slba, nlb,
+                           in_capsule ? Xfer::kInCapsule : Xfer::kTransport, uint32_t(data.size()));
+  if (fua) sqe.cdw12 |= 1u << 30;
+  return io.exec(sqe, data.data(), uint32_t(data.size()), nullptr, 0, false, 20000);
+}
+
+TEST(Rbd, FlushWriteZeroesFuaAndDeallocateReadBack) {
+  REQUIRE_CLUSTER();
+  RunningTarget t;
+  ASSERT_EQ(t.start({image_spec("small")}), "");
+  Session s;
+  ASSERT_EQ(s.open(t.port, kNqn), "");
+  Result r;
+  // 64 KiB through the R2T path, FUA (write, then a librbd flush), read back.
+  auto data = pattern(64 * 1024, 7);
+  ASSERT_TRUE(write_blocks(s.io, 1000, data, true).ok());
+  EXPECT_EQ(read_blocks(s.io, 1000, 128, &r), data);
+  ASSERT_TRUE(r.ok()) << r.describe();
+  ASSERT_TRUE(s.io.exec(nvme::make_io(nvme::io_op::kFlush, 1, 0, 0, Xfer::kTransport, 0)).ok());
+  // Write Zeroes over 16 blocks in the middle: zeroes there, the pattern around them.
+  auto wz = nvme::make_io(nvme::io_op::kWriteZeroes, 1, 1000 + 40, 16, Xfer::kTransport, 0);
+  ASSERT_TRUE(s.io.exec(wz, nullptr, 0, nullptr, 0, false, 20000).ok());
+  auto expect = data;
+  std::fill(expect.begin() + 40 * kBlock, expect.begin() + 56 * kBlock, 0);
+  EXPECT_EQ(read_blocks(s.io, 1000, 128, &r), expect);
+  // And with FUA.
+  wz = nvme::make_io(nvme::io_op::kWriteZeroes, 1, 1000, 8, Xfer::kTransport, 0);
+  wz.cdw12 |= 1u << 30;
+  ASSERT_TRUE(s.io.exec(wz, nullptr, 0, nullptr, 0, false, 20000).ok());
+  std::fill(expect.begin(), expect.begin() + 8 * kBlock, 0);
+  EXPECT_EQ(read_blocks(s.io, 1000, 128, &r), expect);
+  // Deallocate one whole 4 MiB RBD object (LBA 8192..16383): it reads as zeroes after. The
+  // block past it keeps its data.
+  auto obj = pattern(64 * 1024, 9);
+  ASSERT_TRUE(write_blocks(s.io, 8192 + 4096, obj, false).ok());
+  ASSERT_TRUE(write_blocks(s.io, 16384, pattern(4096, 10), false).ok());
+  nvme::DsmRange range{0, 8192, 8192};
+  auto dsm = nvme::make_dsm_deallocate(1, 1, Xfer::kInCapsule);
+  ASSERT_TRUE(s.io.exec(dsm, &range, sizeof range, nullptr, 0, false, 20000).ok());
+  EXPECT_EQ(read_blocks(s.io, 8192 + 4096, 128, &r), std::vector<uint8_t>(64 * 1024, 0));
+  EXPECT_EQ(read_blocks(s.io, 16384, 8, &r), pattern(4096, 10));
+  // Past the end: the target's range check, before librbd.
+  r = s.io.exec(
+      nvme::make_io(nvme::io_op::kRead, 1, (64 << 20) / kBlock, 1, Xfer::kTransport, kBlock),
+      nullptr, 0, nullptr, 0);
+  EXPECT_EQ(r.status(), nvme::status::kLbaOutOfRange);
+}
+
+// Starts a target that must refuse: returns its exit code, stderr and how long it took.
+struct Refusal {
+  int code = 0;
+  std::string err;
+  double seconds = 0;
+};
+Refusal refuse(const std::string& spec) {
+  auto t0 = Clock::now();
+  RunResult r =
+      run_command({SENS_BINARY, "target", "--listen", "127.0.0.1:" + std::to_string(free_port()),
+                   "--discovery-port", "0", "--ns", spec},
+                  120000);
+  return {r.code, r.out + r.err, std::chrono::duration<double>(Clock::now() - t0).count()};
+}
+
+TEST(Rbd, MissingImageOrPoolIsRefusedAtOnce) {
+  REQUIRE_CLUSTER();
+  Refusal r = refuse(image_spec("nosuchimage"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("image 'nosuchimage' does not exist in pool 'rbd'"), std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, 15) << r.err;
+  r = refuse("rbd:nosuchpool/disk0,conf=" + g_conf);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("pool 'nosuchpool' does not exist"), std::string::npos) << r.err;
+  r = refuse("rbd:rbd/disk0,conf=/nonexistent/ceph.conf");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("cannot read the Ceph configuration '/nonexistent/ceph.conf'"),
+            std::string::npos)
+      << r.err;
+  // Bad specs never reach librbd.
+  r = refuse("rbd:rbd");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("names no image"), std::string::npos) << r.err;
+  r = refuse("rbd:rbd/disk0,color=blue");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown option 'color'"), std::string::npos) << r.err;
+  r = refuse("rbd:rbd/disk0,qd=0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("qd must be 1..4096"), std::string::npos) << r.err;
+}
+
+TEST(Rbd, UnreachableClusterFailsWithinTheTimeout) {
+  REQUIRE_CLUSTER();
+  TempDir dir;
+  // The real cluster's keyring, but a monitor address where nothing listens.
+  uint16_t dead = free_port();
+  std::string conf = dir.file("dead.conf");
+  ASSERT_TRUE(write_file(conf, "[global]\nmon_host = v2:127.0.0.1:" + std::to_string(dead) +
+                                   "\n[client]\nkeyring = " + g_base + "/keyring\n"));
+  Refusal r = refuse("rbd:rbd/disk0,conf=" + conf + ",timeout=3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("cannot reach the cluster's monitors"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("within 3 s"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 20) << r.err;  // not client_mount_timeout's 300 s
+  // The default timeout is 10 s.
+  r = refuse("rbd:rbd/disk0,conf=" + conf);
+  EXPECT_NE(r.err.find("within 10 s"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 30) << r.err;
+}
+
+// Last (gtest runs a file's tests in order): the cluster stops under a running target, whose
+// I/O then fails with an NVMe error within op_timeout instead of hanging, the cause logged.
+TEST(Rbd, ZClusterLostUnderATargetFailsIoWithAStatus) {
+  REQUIRE_CLUSTER();
+  RunningTarget t;
+  ASSERT_EQ(t.start({image_spec("disk0") + ",op_timeout=3"}), "");
+  Session s;
+  ASSERT_EQ(s.open(t.port, kNqn), "");
+  ASSERT_TRUE(write_blocks(s.io, 0, pattern(4096, 3), false).ok());
+  ASSERT_EQ(cluster_command("stop").code, 0);
+  auto t0 = Clock::now();
+  Result r = write_blocks(s.io, 64, pattern(4096, 4), false);
+  double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_TRUE(r.have_cqe) << r.describe();
+  EXPECT_FALSE(r.ok()) << r.describe();
+  EXPECT_LT(seconds, 15);
+  // A timed-out request is transient: Namespace Not Ready, without Do Not Retry.
+  EXPECT_EQ(r.status(), nvme::status::kNsNotReady) << r.describe();
+  EXPECT_NE(t.log().find("Connection timed out"), std::string::npos) << t.log();
+}
+
+}  // namespace
+}  // namespace sens::testing
