@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -116,11 +117,24 @@ class CephCluster : public ::testing::Environment {
     ASSERT_EQ(g_setup_error, "") << "no Ceph cluster for the test"; \
   } while (0)
 
-// A `sens target` child on a free port, serving `namespaces`.
+// A `sens target` child on a free port, serving `namespaces`. It is stopped as an operator
+// would (SIGTERM: the image is closed and its exclusive lock released). A SIGKILLed target
+// keeps the lock until the cluster drops the dead client's watch (~30 s), and the next test's
+// first write to the image waits that long: the host's 30 s command timeout then fails it.
 struct RunningTarget {
   TempDir dir;
   Child child;
   uint16_t port = 0;
+
+  RunningTarget() = default;
+  RunningTarget(const RunningTarget&) = delete;
+  RunningTarget& operator=(const RunningTarget&) = delete;
+  ~RunningTarget() {
+    if (child.running() && child.signal(SIGTERM) && child.wait(30000) < 0) {
+      std::fprintf(stderr, "[ target   ] did not stop within 30 s of SIGTERM:\n%s\n",
+                   log().c_str());
+    }
+  }
 
   std::string start(const std::vector<std::string>& namespaces,
                     const std::vector<std::string>& extra = {}, int timeout_ms = 30000) {
@@ -384,6 +398,7 @@ TEST(Rbd, ZClusterLostUnderATargetFailsIoWithAStatus) {
   // A timed-out request is transient: Namespace Not Ready, without Do Not Retry.
   EXPECT_EQ(r.status(), nvme::status::kNsNotReady) << r.describe();
   EXPECT_NE(t.log().find("Connection timed out"), std::string::npos) << t.log();
+  t.child.kill_now();  // no cluster to release a lock to, and a close would wait for it
 }
 
 }  // namespace
