@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "storage/backends.h"
+#include "storage/operation_slots.h"
 
 namespace sens::storage {
 
@@ -100,14 +101,11 @@ class FailedQueue final : public Queue {
 class FileQueue final : public Queue {
  public:
   FileQueue(FileDevice& device, unsigned depth)
-      : device_(device), ops_(std::clamp(depth, 1u, kMaxRingEntries)) {
-    for (size_t i = 0; i + 1 < ops_.size(); ++i) ops_[i].next = &ops_[i + 1];
-    free_ = &ops_[0];
-  }
+      : device_(device), slots_(std::clamp(depth, 1u, kMaxRingEntries)) {}
 
   // Returns 0 or -errno.
   int init() {
-    int rc = io_uring_queue_init(unsigned(ops_.size()), &ring_, 0);
+    int rc = io_uring_queue_init(unsigned(slots_.size()), &ring_, 0);
     if (rc < 0) return rc;
     ring_ready_ = true;
     event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -141,22 +139,7 @@ class FileQueue final : public Queue {
       if (req->on_complete) req->on_complete(req);
       return;
     }
-    ++requests_;
-    if (free_ != nullptr && waiting_head_ == nullptr) {
-      Operation* op = free_;
-      free_ = op->next;
-      start(op, req);
-      return;
-    }
-    // At the depth: wait behind the others for an operation to be freed.
-    req->next = nullptr;
-    if (waiting_tail_ != nullptr) {
-      waiting_tail_->next = req;
-    } else {
-      waiting_head_ = req;
-    }
-    waiting_tail_ = req;
-    ++waited_;
+    if (Operation* op = slots_.admit(req)) start(op, req);  // else it waits its turn
   }
 
   void kick() override { submit_prepared(); }
@@ -182,8 +165,8 @@ class FileQueue final : public Queue {
 
   int event_fd() const override { return event_fd_; }
   bool ready() const override { return io_uring_cq_ready(&ring_) > 0 || retry_signalled_; }
-  unsigned inflight() const override { return requests_; }
-  uint64_t waited() const override { return waited_; }
+  unsigned inflight() const override { return slots_.requests(); }
+  uint64_t waited() const override { return slots_.waited(); }
   uint64_t retried() const override { return retried_; }
   uint64_t cache_flushes() const override { return cache_flushes_; }
 
@@ -340,16 +323,10 @@ class FileQueue final : public Queue {
   // Completes the request; its operation goes to the first waiting request, if any.
   int finish(Operation* op, int result) {
     Request* req = op->req;
-    --requests_;
-    if (Request* next = waiting_head_) {
-      waiting_head_ = next->next;
-      if (waiting_head_ == nullptr) waiting_tail_ = nullptr;
-      next->next = nullptr;
+    if (Request* next = slots_.release(op)) {
       start(op, next);
     } else {
       op->req = nullptr;
-      op->next = free_;
-      free_ = op;
     }
     req->result = result;
     if (req->on_complete) req->on_complete(req);
@@ -360,15 +337,10 @@ class FileQueue final : public Queue {
   io_uring ring_{};
   bool ring_ready_ = false;
   int event_fd_ = -1;
-  std::vector<Operation> ops_;
-  Operation* free_ = nullptr;
+  OperationSlots<Operation> slots_;
   Operation* stalled_head_ = nullptr;  // operations owed an entry the ring did not have
   Operation* stalled_tail_ = nullptr;
-  Request* waiting_head_ = nullptr;  // requests past the depth, oldest first
-  Request* waiting_tail_ = nullptr;
-  unsigned requests_ = 0;   // submitted, not yet completed
   unsigned owed_cqes_ = 0;  // entries prepared whose completion has not been reaped
-  uint64_t waited_ = 0;
   uint64_t retried_ = 0;
   bool retry_signalled_ = false;  // the eventfd was written to retry a refused submission
 };

@@ -4,6 +4,7 @@
 // on which librbd's callback thread hands finished operations back. The list's first entry
 // signals the queue's eventfd, so the reactor that submitted an I/O runs its completion.
 #include "storage/backends.h"
+#include "storage/operation_slots.h"
 
 #if SENS_HAVE_RBD
 
@@ -115,12 +116,8 @@ class RbdDevice final : public Device {
 class RbdQueue final : public Queue {
  public:
   RbdQueue(RbdDevice& device, unsigned depth)
-      : device_(device), ops_(std::clamp(depth, 1u, device.spec().qd)) {
-    for (size_t i = 0; i < ops_.size(); ++i) {
-      ops_[i].queue = this;
-      ops_[i].next = i + 1 < ops_.size() ? &ops_[i + 1] : nullptr;
-    }
-    free_ = &ops_[0];
+      : device_(device), slots_(std::clamp(depth, 1u, device.spec().qd)) {
+    for (Operation& op : slots_.operations()) op.queue = this;
   }
 
   int init() {
@@ -152,22 +149,7 @@ class RbdQueue final : public Queue {
       if (req->on_complete) req->on_complete(req);
       return;
     }
-    ++requests_;
-    if (free_ != nullptr && waiting_head_ == nullptr) {
-      Operation* op = free_;
-      free_ = op->next;
-      start(op, req);
-      return;
-    }
-    // qd operations in librbd already: wait (in order) for one to come back.
-    req->next = nullptr;
-    if (waiting_tail_ != nullptr) {
-      waiting_tail_->next = req;
-    } else {
-      waiting_head_ = req;
-    }
-    waiting_tail_ = req;
-    ++waited_;
+    if (Operation* op = slots_.admit(req)) start(op, req);  // else it waits its turn
   }
 
   int reap() override {
@@ -194,8 +176,8 @@ class RbdQueue final : public Queue {
 
   int event_fd() const override { return event_fd_; }
   bool ready() const override { return done_.load(std::memory_order_relaxed) != nullptr; }
-  unsigned inflight() const override { return requests_; }
-  uint64_t waited() const override { return waited_; }
+  unsigned inflight() const override { return slots_.requests(); }
+  uint64_t waited() const override { return slots_.waited(); }
   uint64_t retried() const override { return retried_; }
   uint64_t cache_flushes() const override { return cache_flushes_; }
 
@@ -308,16 +290,10 @@ class RbdQueue final : public Queue {
   // Completes the request; its operation goes to the first waiting request, if any.
   int finish(Operation* op, int result) {
     Request* req = op->req;
-    --requests_;
-    if (Request* next = waiting_head_) {
-      waiting_head_ = next->next;
-      if (waiting_head_ == nullptr) waiting_tail_ = nullptr;
-      next->next = nullptr;
+    if (Request* next = slots_.release(op)) {
       start(op, next);
     } else {
       op->req = nullptr;
-      op->next = free_;
-      free_ = op;
     }
     req->result = result;
     if (req->on_complete) req->on_complete(req);
@@ -325,15 +301,10 @@ class RbdQueue final : public Queue {
   }
 
   RbdDevice& device_;
-  std::vector<Operation> ops_;
-  Operation* free_ = nullptr;
+  OperationSlots<Operation> slots_;
   std::atomic<Operation*> done_{nullptr};  // pushed by librbd's threads, taken by reap()
   int event_fd_ = -1;
-  Request* waiting_head_ = nullptr;  // requests past qd, oldest first
-  Request* waiting_tail_ = nullptr;
-  unsigned requests_ = 0;  // submitted, not yet completed
-  unsigned issued_ = 0;    // operations librbd owes a callback for
-  uint64_t waited_ = 0;
+  unsigned issued_ = 0;  // operations librbd owes a callback for
   uint64_t retried_ = 0;
   uint64_t cache_flushes_ = 0;
 };
