@@ -2,6 +2,7 @@
 // Namespace backends. A Device is shared by all reactor threads; each thread drives it through
 // its own Queue (for files, its own io_uring), so the data path takes no lock.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -57,6 +58,30 @@ class Queue {
   virtual uint64_t cache_flushes() const { return 0; }
 };
 
+// A small record that every gateway opening the same data sees, for state the target keeps
+// about the data (NVMe reservations). Backends that can share one (RBD: a RADOS object beside
+// the image) offer it through Device::shared_record(). The calls block, each for at most the
+// backend's op timeout: they are for rare control commands, never the data path.
+class SharedRecord {
+ public:
+  virtual ~SharedRecord() = default;
+  // The record and its version (versions only grow, across every gateway). An empty record
+  // (never written) reads as "". Returns 0 or -errno.
+  virtual int read(std::string* bytes, uint64_t* version) = 0;
+  // Compare-and-swap: replaces the record if it is still at `version` (what read() gave),
+  // then hands the new value to every watcher (this gateway's and the others'), waiting for
+  // their acknowledgement. Returns 0 (*new_version set), -ECANCELED when another gateway
+  // wrote first (read again and retry), or another -errno.
+  virtual int write(const std::string& bytes, uint64_t version, uint64_t* new_version) = 0;
+  // `on_change(bytes, version)` runs on a backend thread whenever the record may have changed
+  // (a write from any gateway, or a periodic re-read); the same version may come more than
+  // once. An empty function stops the calls, waiting for one that is running.
+  using ChangeHandler = std::function<void(const std::string& bytes, uint64_t version)>;
+  virtual void watch(ChangeHandler on_change) = 0;
+  // Where the record lives, for log lines ("rados object rbd/sens_resv.<image id>").
+  virtual std::string describe() const = 0;
+};
+
 // Checks the syntax of a namespace spec without opening anything: "" or the precise error
 // (an unknown kind, a bad size, a missing path). Device::open() may still fail on the file.
 std::string check_spec(std::string_view spec);
@@ -90,6 +115,10 @@ class Device {
     (void)uuid;
     return false;
   }
+
+  // The record shared by every gateway serving this data (see SharedRecord), or nullptr when
+  // the backend has none and the target's state about it stays in this process.
+  virtual SharedRecord* shared_record() { return nullptr; }
 
   // A queue for one thread, with up to `depth` requests in the device at once (more wait).
   virtual std::unique_ptr<Queue> make_queue(unsigned depth) = 0;

@@ -3,6 +3,13 @@
 // has a fixed set of operations, at most `qd` of them in librbd at once, and a lock-free list
 // on which librbd's callback thread hands finished operations back. The list's first entry
 // signals the queue's eventfd, so the reactor that submitted an I/O runs its completion.
+//
+// The image's shared record (NVMe reservations, one state for every gateway) is a RADOS object
+// beside the image, `sens_resv.<image id>` in its pool: written by compare-and-swap on the
+// object's version (no lock, so a gateway that dies mid-update wedges nobody), watched by every
+// gateway, and each write is followed by a notify that carries the new value and returns once
+// every watcher has applied it (or a short timeout passed); a re-read every 2 s catches what a
+// lost watch missed.
 #include "storage/backends.h"
 #include "storage/operation_slots.h"
 
@@ -18,7 +25,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -46,6 +57,184 @@ void digest16(const std::string& seed, uint8_t out[16]) {
   std::memcpy(out, md, 16);
 }
 
+// The shared record of one image (see the top of this file). read() and write() use their own
+// ioctx under a mutex (rados_get_last_version is per ioctx); watch callbacks and their
+// acknowledgements use another, so that they never wait behind a write that waits for them.
+class RbdSharedRecord final : public SharedRecord {
+ public:
+  // Every gateway acknowledges a write within this (or is left to its periodic re-read): a
+  // gateway killed moments ago stays a watcher until the OSD times its watch out.
+  static constexpr unsigned kNotifyTimeoutMs = 3000;
+  static constexpr unsigned kWatchTimeoutS = 10;
+  static constexpr auto kRereadEvery = std::chrono::seconds(2);
+  // Larger than any valid record (the parser refuses what is longer than its registrants).
+  static constexpr size_t kMaxBytes = 64 * 1024;
+
+  RbdSharedRecord(rados_ioctx_t rw, rados_ioctx_t notify, std::string pool, std::string object)
+      : rw_(rw), notify_(notify), pool_(std::move(pool)), object_(std::move(object)) {}
+
+  // Creates the object if no gateway has yet, watches it and starts the re-reads. Returns 0
+  // or -errno (*what: the step that failed).
+  int start(std::string* what) {
+    int rc = watch_object(what);
+    if (rc < 0) return rc;
+    rereader_ = std::thread([this] { reread_loop(); });
+    return 0;
+  }
+
+  // Before the ioctxs and the cluster handle go (RbdDevice's destructor).
+  void stop(rados_t cluster) {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      stop_ = true;
+    }
+    stop_cv_.notify_all();
+    if (rereader_.joinable()) rereader_.join();
+    if (watching_) rados_unwatch2(notify_, watch_cookie_);
+    watching_ = false;
+    rados_watch_flush(cluster);  // no callback runs after this
+  }
+
+  int read(std::string* bytes, uint64_t* version) override {
+    std::lock_guard<std::mutex> lock(io_mu_);
+    read_buf_.resize(kMaxBytes + 1);
+    int rc = rados_read(rw_, object_.c_str(), read_buf_.data(), read_buf_.size(), 0);
+    if (rc == -ENOENT) {  // removed by hand: empty, as never written
+      bytes->clear();
+      *version = 0;
+      return 0;
+    }
+    if (rc < 0) return rc;
+    bytes->assign(read_buf_.data(), size_t(rc));
+    *version = rados_get_last_version(rw_);
+    return 0;
+  }
+
+  int write(const std::string& bytes, uint64_t version, uint64_t* new_version) override {
+    {
+      std::lock_guard<std::mutex> lock(io_mu_);
+      rados_write_op_t op = rados_create_write_op();
+      if (version == 0)
+        rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
+      else
+        rados_write_op_assert_version(op, version);
+      rados_write_op_write_full(op, bytes.data(), bytes.size());
+      int rc = rados_write_op_operate(op, rw_, object_.c_str(), nullptr, 0);
+      rados_release_write_op(op);
+      // The object moved on (or appeared) since it was read: another gateway won the race.
+      if (rc == -ERANGE || rc == -EOVERFLOW || rc == -EEXIST) return -ECANCELED;
+      if (rc < 0) return rc;
+      *new_version = rados_get_last_version(rw_);
+    }
+    // The new value, behind its version, to every watcher; they acknowledge once applied.
+    std::string payload(8, '\0');
+    std::memcpy(payload.data(), new_version, 8);
+    payload += bytes;
+    char* reply = nullptr;
+    size_t reply_len = 0;
+    int rc = rados_notify2(notify_, object_.c_str(), payload.data(), int(payload.size()),
+                           kNotifyTimeoutMs, &reply, &reply_len);
+    if (reply) rados_buffer_free(reply);
+    if (rc < 0)
+      LOG_WARN(
+          "%s: written (version %llu), but not every gateway acknowledged it within %u ms "
+          "(%s); a gateway that missed it reads it within %lld s",
+          describe().c_str(), static_cast<unsigned long long>(*new_version), kNotifyTimeoutMs,
+          errno_text(rc).c_str(), static_cast<long long>(kRereadEvery.count()));
+    return 0;
+  }
+
+  void watch(ChangeHandler on_change) override {
+    std::lock_guard<std::mutex> lock(handler_mu_);
+    handler_ = std::move(on_change);
+  }
+
+  std::string describe() const override { return "rados object " + pool_ + "/" + object_; }
+
+ private:
+  // Creates the object if it is not there (a watch needs one) and watches it.
+  int watch_object(std::string* what) {
+    rados_write_op_t op = rados_create_write_op();
+    rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, nullptr);
+    int rc = rados_write_op_operate(op, notify_, object_.c_str(), nullptr, 0);
+    rados_release_write_op(op);
+    if (rc < 0) {
+      *what = "cannot create the reservation record " + describe();
+      return rc;
+    }
+    rc = rados_watch3(notify_, object_.c_str(), &watch_cookie_, &RbdSharedRecord::on_notify,
+                      &RbdSharedRecord::on_watch_error, kWatchTimeoutS, this);
+    if (rc < 0) {
+      *what = "cannot watch the reservation record " + describe();
+      return rc;
+    }
+    watching_ = true;
+    return 0;
+  }
+
+  void deliver(const std::string& bytes, uint64_t version) {
+    std::lock_guard<std::mutex> lock(handler_mu_);  // watch() waits for a running call
+    if (handler_) handler_(bytes, version);
+  }
+
+  static void on_notify(void* arg, uint64_t notify_id, uint64_t cookie, uint64_t, void* data,
+                        size_t len) {
+    auto* self = static_cast<RbdSharedRecord*>(arg);
+    if (len >= 8) {
+      uint64_t version;
+      std::memcpy(&version, data, 8);
+      self->deliver(std::string(static_cast<const char*>(data) + 8, len - 8), version);
+    }
+    rados_notify_ack(self->notify_, self->object_.c_str(), notify_id, cookie, nullptr, 0);
+  }
+
+  static void on_watch_error(void* arg, uint64_t, int err) {
+    auto* self = static_cast<RbdSharedRecord*>(arg);
+    LOG_WARN("%s: the watch failed (%s); watching again", self->describe().c_str(),
+             errno_text(err).c_str());
+    self->watch_lost_.store(true, std::memory_order_release);
+  }
+
+  void reread_loop() {
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    while (!stop_cv_.wait_for(lock, kRereadEvery, [this] { return stop_; })) {
+      lock.unlock();
+      if (watch_lost_.exchange(false, std::memory_order_acq_rel)) {
+        if (watching_) rados_unwatch2(notify_, watch_cookie_);
+        watching_ = false;
+        std::string what;
+        if (int rc = watch_object(&what); rc < 0) {
+          LOG_WARN("%s: %s; trying again in %lld s", describe().c_str(), errno_text(rc).c_str(),
+                   static_cast<long long>(kRereadEvery.count()));
+          watch_lost_.store(true, std::memory_order_release);
+        }
+      }
+      std::string bytes;
+      uint64_t version = 0;
+      if (read(&bytes, &version) == 0) {
+        // Removed by hand: its watch is gone with it (watch_object() makes both again).
+        if (version == 0) watch_lost_.store(true, std::memory_order_release);
+        deliver(bytes, version);
+      }
+      lock.lock();
+    }
+  }
+
+  rados_ioctx_t rw_, notify_;
+  std::string pool_, object_;
+  std::mutex io_mu_;  // rw_
+  std::vector<char> read_buf_;
+  std::mutex handler_mu_;
+  ChangeHandler handler_;
+  uint64_t watch_cookie_ = 0;
+  bool watching_ = false;
+  std::atomic<bool> watch_lost_{false};
+  std::thread rereader_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+};
+
 class RbdDevice final : public Device {
  public:
   RbdDevice(RbdSpec spec, rados_t cluster, rados_ioctx_t io, rbd_image_t image, uint64_t size,
@@ -65,6 +254,10 @@ class RbdDevice final : public Device {
     uuid_[8] = uint8_t((uuid_[8] & 0x3F) | 0x80);
   }
   ~RbdDevice() override {
+    if (record_) record_->stop(cluster_);
+    record_.reset();
+    for (rados_ioctx_t io : record_io_)
+      if (io) rados_ioctx_destroy(io);
     rbd_close(image_);  // waits for anything librbd still has in flight
     rados_ioctx_destroy(io_);
     rados_shutdown(cluster_);
@@ -80,6 +273,7 @@ class RbdDevice final : public Device {
                        ", image id " + identity_.substr(identity_.rfind('/') + 1);
     if (volatile_cache_) text += ", rbd_cache on";
     if (read_only_) text += ", read-only";
+    if (record_) text += ", reservations shared in " + record_->describe();
     return text + ")";
   }
   bool stable_identity(uint8_t nguid[16], uint8_t uuid[16]) const override {
@@ -95,6 +289,25 @@ class RbdDevice final : public Device {
     return 0;
   }
   uint64_t syncs() const override { return syncs_.load(std::memory_order_relaxed); }
+  SharedRecord* shared_record() override { return record_.get(); }
+
+  // The reservation record (see RbdSharedRecord); "" or why it cannot be had.
+  std::string open_record(const std::string& image_id) {
+    std::string what;
+    for (rados_ioctx_t& io : record_io_) {
+      int rc = rados_ioctx_create(cluster_, spec_.pool.c_str(), &io);
+      if (rc < 0) return "cannot open pool '" + spec_.pool + "' again: " + errno_text(rc);
+    }
+    record_ = std::make_unique<RbdSharedRecord>(record_io_[0], record_io_[1], spec_.pool,
+                                                "sens_resv." + image_id);
+    int rc = record_->start(&what);
+    if (rc < 0) {
+      record_->stop(cluster_);
+      record_.reset();
+      return what + ": " + errno_text(rc);
+    }
+    return "";
+  }
 
   rbd_image_t image() const { return image_; }
   const RbdSpec& spec() const { return spec_; }
@@ -111,6 +324,8 @@ class RbdDevice final : public Device {
   std::string identity_;  // "FSID/POOL_ID/IMAGE_ID"
   uint8_t nguid_[16]{}, uuid_[16]{};
   std::atomic<uint64_t> syncs_{0};
+  rados_ioctx_t record_io_[2] = {nullptr, nullptr};  // the record's read/write, its watch
+  std::unique_ptr<RbdSharedRecord> record_;
 };
 
 class RbdQueue final : public Queue {
@@ -430,8 +645,15 @@ std::unique_ptr<Device> open_rbd(const RbdSpec& s, bool read_only, std::string* 
   // makes FLUSH matter; discards skipped within objects leave old data.
   bool cache = conf_get(cluster, "rbd_cache") == "true";
   bool discard_zeroes = conf_get(cluster, "rbd_skip_partial_discard") == "false";
-  return std::make_unique<RbdDevice>(s, cluster, io, image, size, read_only, cache, discard_zeroes,
-                                     identity);
+  auto device = std::make_unique<RbdDevice>(s, cluster, io, image, size, read_only, cache,
+                                            discard_zeroes, identity);
+  // Reservations are shared by every gateway of this image: without the record, refuse rather
+  // than serve with reservations the other gateways would not see.
+  if (std::string why = device->open_record(id); !why.empty()) {
+    *error = name + ": " + why;
+    return nullptr;  // the device's destructor closes the image and the cluster handle
+  }
+  return device;
 }
 
 }  // namespace sens::storage
