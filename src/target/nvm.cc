@@ -151,7 +151,9 @@ void execute_reservation(CommandQueue& q, Request& r) {
       // Host identifiers over Fabrics are 128-bit: only the extended structure can hold them.
       if (!(s.cdw11 & 1)) return q.complete(r, resv::kHostIdInconsistent);
       std::memset(r.buf, 0, r.xfer_len);
-      rs.report(r.buf, r.xfer_len);
+      uint16_t status = st::kSuccess;
+      rs.report(r.buf, r.xfer_len, &status);
+      if (status != st::kSuccess) return q.complete(r, status);
       return q.send_data(r, r.buf, r.xfer_len);
     }
   }

@@ -1,18 +1,27 @@
 #pragma once
 // NVMe reservations of one namespace (NVMe Base 2.0 8.19): registrants (host identifier +
 // key), the reservation type and holder, the generation. Hosts are told apart by the Host
-// Identifier of their Connect (Get Features 81h reads it back). The state lives in this
-// target process: two gateways serving the same backing store keep their own (README,
-// "Scaling out").
+// Identifier of their Connect (Get Features 81h reads it back), which is the same through
+// every gateway.
 //
-// Reservation commands run on the I/O thread that received them, under the lock; the I/O
-// path asks held() (one atomic load) and, only while a reservation is held, access() through
-// a per-queue cache keyed by version() (see CommandQueue::reservation_access).
+// Where the backend shares a record between gateways (storage::SharedRecord: an RBD image),
+// the state lives there: each command reads it, applies itself and writes it back by
+// compare-and-swap (retrying when another gateway won), and every gateway's copy here is
+// refreshed from the record's notifications. Elsewhere (file, ram, null) the state lives in
+// this process only, per gateway (README, "Scaling out").
+//
+// Reservation commands run on the I/O thread that received them (against the record they
+// block it, each step bounded by the backend's timeouts); the I/O path asks held() (one
+// atomic load) and, only while a reservation is held, access() through a per-queue cache
+// keyed by version() (see CommandQueue::reservation_access).
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include "storage/device.h"
 
 namespace sens::target {
 
@@ -33,8 +42,33 @@ inline constexpr size_t kMaxRegistrants = 256;
 inline constexpr uint8_t kMayRead = 1, kMayWrite = 2;
 }  // namespace resv
 
+// The state itself, and its compact, versioned form in a shared record (little-endian):
+//   0 "SNRV"  4 format (1)  5 RTYPE  6 registrants N (u16)  8 PRGEN (u32)  12 holder host ID
+//   28 N x (host ID 16, key 8)
+// An empty record is the empty state.
+struct ReservationState {
+  struct Registrant {
+    uint8_t hostid[16];
+    uint64_t key;
+  };
+  std::vector<Registrant> regs;
+  uint8_t rtype = 0;     // 0: no reservation
+  uint8_t holder[16]{};  // the holder's host ID (not for the all-registrants types)
+  uint32_t gen = 0;      // PRGEN
+
+  std::string serialize() const;
+  // False, and *error says precisely what is wrong, for anything but a well-formed record.
+  static bool parse(const std::string& bytes, ReservationState* out, std::string* error);
+};
+
 class Reservations {
  public:
+  ~Reservations();
+  // Shares the state through `record` (null: stays in this process). Reads it once now;
+  // `label` names the namespace in log lines. Before any command.
+  void share(storage::SharedRecord* record, std::string label);
+  bool shared() const { return record_ != nullptr; }
+
   bool held() const { return held_.load(std::memory_order_acquire); }
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   // What `hostid` may do now (kMayRead | kMayWrite); `version` gets the state's version.
@@ -48,29 +82,27 @@ class Reservations {
   uint16_t release(const uint8_t hostid[16], uint8_t action, bool iekey, uint8_t rtype,
                    uint64_t crkey);
   // The Reservation Status extended data structure (64-byte header, 64-byte registrant
-  // entries) into `out`, at most `room` bytes of it; returns its whole length.
-  size_t report(uint8_t* out, size_t room);
+  // entries) into `out`, at most `room` bytes of it; returns its whole length, or 0 with
+  // *status set when the shared state cannot be read.
+  size_t report(uint8_t* out, size_t room, uint16_t* status);
 
  private:
-  struct Registrant {
-    uint8_t hostid[16];
-    uint64_t key;
-  };
-  Registrant* find(const uint8_t hostid[16]);
-  bool holds(const Registrant* r) const;  // under mu_
-  bool all_registrants() const {
-    return rtype_ == resv::kWriteExclusiveAllRegs || rtype_ == resv::kExclusiveAccessAllRegs;
-  }
-  void drop_reservation() { rtype_ = 0; }
+  template <typename Change>
+  uint16_t run(const char* what, Change&& change);
+  // A shared record's value (from a notification, a re-read or a command): replaces the copy
+  // here if it is newer. False (logged once per version) when it does not parse.
+  bool install(const std::string& bytes, uint64_t version, std::string* error = nullptr);
   void changed();  // after every change, under mu_
 
   std::mutex mu_;
-  std::vector<Registrant> regs_;
-  uint8_t rtype_ = 0;     // 0: no reservation
-  uint8_t holder_[16]{};  // the holder's host ID (not for the all-registrants types)
-  uint32_t gen_ = 0;      // PRGEN
+  ReservationState state_;
   std::atomic<bool> held_{false};
   std::atomic<uint64_t> version_{1};
+  storage::SharedRecord* record_ = nullptr;
+  std::string label_;
+  uint64_t record_version_ = 0;      // of state_, under mu_
+  uint64_t bad_record_version_ = 0;  // the last unreadable version logged, under mu_
+  bool record_was_read_ = false;     // under mu_
 };
 
 }  // namespace sens::target

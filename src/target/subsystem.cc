@@ -145,6 +145,9 @@ std::string Registry::build(const TargetConfig& config) {
         derive_namespace_ids(identity_seed(sc.nqn, nsid, opts), ns->nguid, ns->uuid);
       }
       if (opts.has_nguid) std::memcpy(ns->nguid, opts.nguid, 16);
+      // Shared with the other gateways where the backend can (RBD), else kept here.
+      ns->reservations.share(ns->device->shared_record(),
+                             "namespace " + std::to_string(nsid) + " of " + sc.nqn);
       sub->namespaces.push_back(std::move(ns));
       ++nsid;
     }
