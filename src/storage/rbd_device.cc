@@ -57,9 +57,10 @@ void digest16(const std::string& seed, uint8_t out[16]) {
   std::memcpy(out, md, 16);
 }
 
-// The shared record of one image (see the top of this file). read() and write() use their own
-// ioctx under a mutex (rados_get_last_version is per ioctx); watch callbacks and their
-// acknowledgements use another, so that they never wait behind a write that waits for them.
+// The shared record of one image (see the top of this file). Three ioctxs, since
+// rados_get_last_version is per ioctx: the commands' reads and writes (under a mutex: several
+// reactors), the re-reads (so that one stuck on a dead cluster holds no command up), and the
+// watch with its acknowledgements (which must never wait behind a write that waits for them).
 class RbdSharedRecord final : public SharedRecord {
  public:
   // Every gateway acknowledges a write within this (or is left to its periodic re-read): a
@@ -70,8 +71,13 @@ class RbdSharedRecord final : public SharedRecord {
   // Larger than any valid record (the parser refuses what is longer than its registrants).
   static constexpr size_t kMaxBytes = 64 * 1024;
 
-  RbdSharedRecord(rados_ioctx_t rw, rados_ioctx_t notify, std::string pool, std::string object)
-      : rw_(rw), notify_(notify), pool_(std::move(pool)), object_(std::move(object)) {}
+  RbdSharedRecord(rados_ioctx_t rw, rados_ioctx_t notify, rados_ioctx_t reread, std::string pool,
+                  std::string object)
+      : rw_(rw),
+        notify_(notify),
+        reread_(reread),
+        pool_(std::move(pool)),
+        object_(std::move(object)) {}
 
   // Creates the object if no gateway has yet, watches it and starts the re-reads. Returns 0
   // or -errno (*what: the step that failed).
@@ -97,17 +103,7 @@ class RbdSharedRecord final : public SharedRecord {
 
   int read(std::string* bytes, uint64_t* version) override {
     std::lock_guard<std::mutex> lock(io_mu_);
-    read_buf_.resize(kMaxBytes + 1);
-    int rc = rados_read(rw_, object_.c_str(), read_buf_.data(), read_buf_.size(), 0);
-    if (rc == -ENOENT) {  // removed by hand: empty, as never written
-      bytes->clear();
-      *version = 0;
-      return 0;
-    }
-    if (rc < 0) return rc;
-    bytes->assign(read_buf_.data(), size_t(rc));
-    *version = rados_get_last_version(rw_);
-    return 0;
+    return read_from(rw_, object_, read_buf_, bytes, version);
   }
 
   int write(const std::string& bytes, uint64_t version, uint64_t* new_version) override {
@@ -152,6 +148,21 @@ class RbdSharedRecord final : public SharedRecord {
   std::string describe() const override { return "rados object " + pool_ + "/" + object_; }
 
  private:
+  static int read_from(rados_ioctx_t io, const std::string& object, std::vector<char>& buf,
+                       std::string* bytes, uint64_t* version) {
+    buf.resize(kMaxBytes + 1);
+    int rc = rados_read(io, object.c_str(), buf.data(), buf.size(), 0);
+    if (rc == -ENOENT) {  // removed by hand: empty, as never written
+      bytes->clear();
+      *version = 0;
+      return 0;
+    }
+    if (rc < 0) return rc;
+    bytes->assign(buf.data(), size_t(rc));
+    *version = rados_get_last_version(io);
+    return 0;
+  }
+
   // Creates the object if it is not there (a watch needs one) and watches it.
   int watch_object(std::string* what) {
     rados_write_op_t op = rados_create_write_op();
@@ -211,7 +222,7 @@ class RbdSharedRecord final : public SharedRecord {
       }
       std::string bytes;
       uint64_t version = 0;
-      if (read(&bytes, &version) == 0) {
+      if (read_from(reread_, object_, reread_buf_, &bytes, &version) == 0) {
         // Removed by hand: its watch is gone with it (watch_object() makes both again).
         if (version == 0) watch_lost_.store(true, std::memory_order_release);
         deliver(bytes, version);
@@ -220,10 +231,12 @@ class RbdSharedRecord final : public SharedRecord {
     }
   }
 
-  rados_ioctx_t rw_, notify_;
+  // Commands' reads and writes; watches, notifies and acks; the re-reads (which must not hold
+  // up a command while the cluster does not answer).
+  rados_ioctx_t rw_, notify_, reread_;
   std::string pool_, object_;
   std::mutex io_mu_;  // rw_
-  std::vector<char> read_buf_;
+  std::vector<char> read_buf_, reread_buf_;
   std::mutex handler_mu_;
   ChangeHandler handler_;
   uint64_t watch_cookie_ = 0;
@@ -298,8 +311,8 @@ class RbdDevice final : public Device {
       int rc = rados_ioctx_create(cluster_, spec_.pool.c_str(), &io);
       if (rc < 0) return "cannot open pool '" + spec_.pool + "' again: " + errno_text(rc);
     }
-    record_ = std::make_unique<RbdSharedRecord>(record_io_[0], record_io_[1], spec_.pool,
-                                                "sens_resv." + image_id);
+    record_ = std::make_unique<RbdSharedRecord>(record_io_[0], record_io_[1], record_io_[2],
+                                                spec_.pool, "sens_resv." + image_id);
     int rc = record_->start(&what);
     if (rc < 0) {
       record_->stop(cluster_);
@@ -324,7 +337,7 @@ class RbdDevice final : public Device {
   std::string identity_;  // "FSID/POOL_ID/IMAGE_ID"
   uint8_t nguid_[16]{}, uuid_[16]{};
   std::atomic<uint64_t> syncs_{0};
-  rados_ioctx_t record_io_[2] = {nullptr, nullptr};  // the record's read/write, its watch
+  rados_ioctx_t record_io_[3] = {nullptr, nullptr, nullptr};  // see RbdSharedRecord
   std::unique_ptr<RbdSharedRecord> record_;
 };
 

@@ -570,7 +570,8 @@ TEST(Rbd, UnreachableClusterFailsWithinTheTimeout) {
 }
 
 // Last (gtest runs a file's tests in order): the cluster stops under a running target, whose
-// I/O then fails with an NVMe error within op_timeout instead of hanging, the cause logged.
+// I/O and reservation commands then fail with an NVMe error within op_timeout instead of
+// hanging, the cause logged.
 TEST(Rbd, ZClusterLostUnderATargetFailsIoWithAStatus) {
   REQUIRE_CLUSTER();
   RunningTarget t;
@@ -588,6 +589,16 @@ TEST(Rbd, ZClusterLostUnderATargetFailsIoWithAStatus) {
   // A timed-out request is transient: Namespace Not Ready, without Do Not Retry.
   EXPECT_EQ(r.status(), nvme::status::kNsNotReady) << r.describe();
   EXPECT_NE(t.log().find("Connection timed out"), std::string::npos) << t.log();
+  // A reservation command fails the same way, within op_timeout, and says why.
+  t0 = Clock::now();
+  r = resv(s.io, kRegister, 0, 0, 0xAAAA);
+  seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(r.status(), nvme::status::kNsNotReady) << r.describe();
+  EXPECT_LT(seconds, 6);
+  EXPECT_NE(t.log().find("Reservation Register failed: cannot read the shared reservations in "
+                         "rados object rbd/sens_resv."),
+            std::string::npos)
+      << t.log();
   t.child.kill_now();  // no cluster to release a lock to, and a close would wait for it
 }
 
