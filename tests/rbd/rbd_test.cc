@@ -12,12 +12,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../integration/child_process.h"
@@ -506,6 +509,64 @@ TEST(Rbd, CorruptSharedReservationsAreRefused) {
   ASSERT_EQ(status, 0);
   EXPECT_EQ(field<uint16_t>(r, 5), 1);
   EXPECT_EQ(field<uint64_t>(r, 64 + 8), 0xDDDDu);
+  // A valid record written behind the gateways' backs (no notify): the periodic re-read
+  // enforces it within seconds. Here B holds Exclusive Access, so A may not even read.
+  std::string record = std::string("SNRV\x01\x02\x01\x00\x07\x00\x00\x00", 12) +
+                       std::string(reinterpret_cast<const char*>(kHostB), 16) +
+                       std::string(reinterpret_cast<const char*>(kHostB), 16) +
+                       std::string("\xBB\xBB\0\0\0\0\0\0", 8);
+  std::string file = g.dir.file("good");
+  ASSERT_TRUE(write_file(file, record));
+  ASSERT_EQ(rados({"put", object, file}).code, 0);
+  deadline = Clock::now() + std::chrono::seconds(10);
+  while (read_status(a.io) == 0 && Clock::now() < deadline) usleep(100 * 1000);
+  EXPECT_EQ(read_status(a.io), kConflict);
+  r = report(a.io, &status);
+  EXPECT_EQ(field<uint32_t>(r, 0), 7u);
+  EXPECT_EQ(std::memcmp(r.data() + 64 + 16, kHostB, 16), 0);
+}
+
+// Registrations racing through two gateways: every compare-and-swap that loses reads again,
+// so none is lost and PRGEN counts each one.
+TEST(Rbd, ConcurrentRegistrationsThroughTwoGatewaysLoseNone) {
+  REQUIRE_CLUSTER();
+  ASSERT_EQ(rbd_cli({"create", "--size", "64M", "rbd/resvrace"}).code, 0);
+  RunningTarget g1, g2;
+  ASSERT_EQ(g1.start({image_spec("resvrace")}), "");
+  ASSERT_EQ(g2.start({image_spec("resvrace")}), "");
+  constexpr int kHosts = 8, kRounds = 3;  // each host registers, then replaces its key twice
+  std::vector<std::array<uint8_t, 16>> ids(kHosts);
+  std::vector<std::string> nqns(kHosts);
+  std::vector<Session> sessions(kHosts);
+  for (int h = 0; h < kHosts; ++h) {
+    ids[h].fill(uint8_t(0x10 + h));
+    nqns[h] = "nqn.2014-08.org.nvmexpress:uuid:race-host-" + std::to_string(h);
+    ASSERT_EQ(open_as(sessions[h], h % 2 ? g2.port : g1.port, ids[h].data(), nqns[h].c_str()), "");
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int h = 0; h < kHosts; ++h)
+    threads.emplace_back([&, h] {
+      uint64_t key = 0x1000 + h;
+      if (!resv(sessions[h].io, kRegister, 0, 0, key).ok()) ++failures;
+      for (int round = 1; round < kRounds; ++round, key += 0x100)
+        if (!resv(sessions[h].io, kRegister, 2, key, key + 0x100).ok()) ++failures;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  uint16_t status = 0;
+  auto r = report(sessions[0].io, &status);
+  ASSERT_EQ(status, 0);
+  EXPECT_EQ(field<uint16_t>(r, 5), kHosts);
+  EXPECT_EQ(field<uint32_t>(r, 0), uint32_t(kHosts * kRounds));
+  for (int i = 0; i < kHosts; ++i) {
+    int h = r[64 + 64 * i + 16] - 0x10;
+    ASSERT_GE(h, 0);
+    ASSERT_LT(h, kHosts);
+    EXPECT_EQ(field<uint64_t>(r, 64 + 64 * i + 8), 0x1000u + h + 0x100u * (kRounds - 1));
+  }
+  auto r2 = report(sessions[1].io, &status);  // the other gateway, the same state
+  EXPECT_EQ(r2, r);
 }
 
 // Starts a target that must refuse: returns its exit code, stderr and how long it took.
