@@ -611,6 +611,30 @@ TEST(Rbd, MissingImageOrPoolIsRefusedAtOnce) {
   EXPECT_NE(r.err.find("qd must be 1..4096"), std::string::npos) << r.err;
 }
 
+// A user who may use the image but not create the reservation object beside it: the target
+// refuses to start rather than keep reservations no other gateway would see.
+TEST(Rbd, NoAccessToTheReservationObjectIsRefusedAtStart) {
+  REQUIRE_CLUSTER();
+  TempDir dir;
+  std::string keyring = dir.file("keyring");
+  RunResult auth = run_command(
+      {"/usr/bin/ceph", "--conf", g_conf, "auth", "get-or-create", "client.imageonly", "mon",
+       "profile rbd", "osd", "allow rwx pool=rbd object_prefix rbd_", "-o", keyring},
+      60000);
+  ASSERT_EQ(auth.code, 0) << auth.err;
+  std::string conf = dir.file("ceph.conf");
+  ASSERT_TRUE(
+      write_file(conf, read_file(g_conf) + "\n[client.imageonly]\nkeyring = " + keyring + "\n"));
+  Refusal r = refuse("rbd:rbd/disk1,conf=" + conf + ",id=imageonly");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("rbd:rbd/disk1: cannot create the reservation record rados object "
+                       "rbd/sens_resv."),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("Operation not permitted"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 15) << r.err;
+}
+
 TEST(Rbd, UnreachableClusterFailsWithinTheTimeout) {
   REQUIRE_CLUSTER();
   TempDir dir;
