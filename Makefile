@@ -82,7 +82,7 @@ $(FUZZ_BUILD)/Makefile: CMakeLists.txt
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DSENS_FUZZ=ON > /dev/null
 
 fuzz: deps $(FUZZ_BUILD)/Makefile
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_pdu_reader fuzz_target_dispatch
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_pdu_reader fuzz_target_dispatch fuzz_reservation_record
 	./tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 demo: deps build
