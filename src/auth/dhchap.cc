@@ -1,6 +1,5 @@
 #include "auth/dhchap.h"
 
-#include <isa-l/crc.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -11,6 +10,8 @@
 #include <openssl/rand.h>
 
 #include <cstring>
+
+#include "auth/key_text.h"
 
 namespace sens::auth {
 
@@ -35,11 +36,6 @@ std::string openssl_error(const char* what) {
   ERR_error_string_n(e, buf, sizeof buf);
   ERR_clear_error();
   return std::string(what) + (e ? std::string(": ") + buf : "");
-}
-
-// The secret's trailer: CRC-32 (IEEE 802.3, as zlib's crc32()), stored little-endian.
-uint32_t secret_crc(const uint8_t* p, size_t n) {
-  return crc32_gzip_refl(0, p, n);
 }
 
 View text_view(std::string_view s) {
@@ -133,54 +129,33 @@ std::optional<Secret> parse_secret(std::string_view text, std::string* error) {
   }
   std::string_view b64 = text.substr(10);
   if (!b64.empty() && b64.back() == ':') b64.remove_suffix(1);
-  if (b64.empty() || b64.size() % 4 != 0 || b64.size() > 128 ||
-      b64.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") !=
-          std::string_view::npos) {
-    *error = "DHHC-1 secret: the key part is not base64 of 36, 52 or 68 bytes";
-    return std::nullopt;
-  }
-  uint8_t buf[96];
-  int n = EVP_DecodeBlock(buf, reinterpret_cast<const unsigned char*>(b64.data()), int(b64.size()));
-  if (n < 0) {
-    *error = "DHHC-1 secret: the key part is not valid base64";
-    return std::nullopt;
-  }
-  // EVP_DecodeBlock counts the bytes '=' padding stands for: take them off.
-  for (size_t i = b64.size(); i > 0 && b64[i - 1] == '='; --i) --n;
-  if (n != 36 && n != 52 && n != 68) {
-    OPENSSL_cleanse(buf, sizeof buf);
-    *error = "DHHC-1 secret: " + std::to_string(n) +
-             " bytes of key and CRC; 32, 48 or 64 bytes of key (plus 4 of CRC) expected";
-    return std::nullopt;
-  }
-  const size_t key_len = size_t(n) - 4;
-  const uint32_t want = secret_crc(buf, key_len);
-  uint32_t got;
-  std::memcpy(&got, buf + key_len, 4);
-  if (got != want) {
-    OPENSSL_cleanse(buf, sizeof buf);
-    *error = "DHHC-1 secret: CRC mismatch (a mistyped or truncated key)";
-    return std::nullopt;
-  }
   Secret s;
-  s.transform = uint8_t(hash[1] - '0');
-  s.key.assign(buf, buf + key_len);
-  OPENSSL_cleanse(buf, sizeof buf);
-  return s;
+  int n = 0;
+  switch (decode_key_text(b64, {32, 48, 64}, &s.key, &n)) {
+    case KeyTextError::kNone:
+      s.transform = uint8_t(hash[1] - '0');
+      return s;
+    case KeyTextError::kShape:
+      *error = "DHHC-1 secret: the key part is not base64 of 36, 52 or 68 bytes";
+      break;
+    case KeyTextError::kBase64:
+      *error = "DHHC-1 secret: the key part is not valid base64";
+      break;
+    case KeyTextError::kLength:
+      *error = "DHHC-1 secret: " + std::to_string(n) +
+               " bytes of key and CRC; 32, 48 or 64 bytes of key (plus 4 of CRC) expected";
+      break;
+    case KeyTextError::kCrc:
+      *error = "DHHC-1 secret: CRC mismatch (a mistyped or truncated key)";
+      break;
+  }
+  return std::nullopt;
 }
 
 std::string format_secret(const Secret& secret) {
-  Bytes raw = secret.key;
-  const uint32_t crc = secret_crc(raw.data(), raw.size());
-  for (int i = 0; i < 4; ++i) raw.push_back(uint8_t(crc >> (8 * i)));
-  std::string b64(4 * ((raw.size() + 2) / 3) + 1, '\0');
-  int n =
-      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()), raw.data(), int(raw.size()));
-  b64.resize(size_t(n));
-  wipe(raw);
   char head[16];
   std::snprintf(head, sizeof head, "DHHC-1:%02u:", secret.transform);
-  return head + b64 + ":";
+  return head + encode_key_text(secret.key) + ":";
 }
 
 Bytes transform_key(const Secret& secret, std::string_view nqn) {

@@ -1,6 +1,5 @@
 #include "auth/tls_psk.h"
 
-#include <isa-l/crc.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -8,6 +7,8 @@
 
 #include <cstring>
 #include <fstream>
+
+#include "auth/key_text.h"
 
 namespace sens::auth {
 
@@ -73,47 +74,31 @@ std::optional<ConfiguredPsk> parse_tls_psk(std::string_view text, std::string* e
   }
   std::string_view b64 = text.substr(16);
   if (!b64.empty() && b64.back() == ':') b64.remove_suffix(1);
-  if (b64.empty() || b64.size() % 4 != 0 || b64.size() > 128 ||
-      b64.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") !=
-          std::string_view::npos) {
-    *error = "NVMeTLSkey-1: the key part is not base64 of 36 or 52 bytes";
-    return std::nullopt;
-  }
-  uint8_t buf[96];
-  int n = EVP_DecodeBlock(buf, reinterpret_cast<const unsigned char*>(b64.data()), int(b64.size()));
-  for (size_t i = b64.size(); i > 0 && b64[i - 1] == '='; --i) --n;
-  if (n != 36 && n != 52) {
-    OPENSSL_cleanse(buf, sizeof buf);
-    *error = "NVMeTLSkey-1: " + std::to_string(n < 0 ? 0 : n) +
-             " bytes; a 32- or 48-byte PSK and its CRC expected";
-    return std::nullopt;
-  }
-  const size_t len = size_t(n) - 4;
-  uint32_t got;
-  std::memcpy(&got, buf + len, 4);
-  if (got != crc32_gzip_refl(0, buf, len)) {
-    OPENSSL_cleanse(buf, sizeof buf);
-    *error = "NVMeTLSkey-1: CRC mismatch (a mistyped or truncated key)";
-    return std::nullopt;
-  }
   ConfiguredPsk psk;
-  psk.transform = uint8_t(hh[1] - '0');
-  psk.key.assign(buf, buf + len);
-  OPENSSL_cleanse(buf, sizeof buf);
-  return psk;
+  int n = 0;
+  switch (decode_key_text(b64, {32, 48}, &psk.key, &n)) {
+    case KeyTextError::kNone:
+      psk.transform = uint8_t(hh[1] - '0');
+      return psk;
+    case KeyTextError::kShape:
+      *error = "NVMeTLSkey-1: the key part is not base64 of 36 or 52 bytes";
+      break;
+    case KeyTextError::kBase64:  // undecodable: no bytes of it
+    case KeyTextError::kLength:
+      *error = "NVMeTLSkey-1: " + std::to_string(n < 0 ? 0 : n) +
+               " bytes; a 32- or 48-byte PSK and its CRC expected";
+      break;
+    case KeyTextError::kCrc:
+      *error = "NVMeTLSkey-1: CRC mismatch (a mistyped or truncated key)";
+      break;
+  }
+  return std::nullopt;
 }
 
 std::string format_tls_psk(const ConfiguredPsk& psk) {
-  Bytes raw = psk.key;
-  const uint32_t crc = crc32_gzip_refl(0, raw.data(), raw.size());
-  for (int i = 0; i < 4; ++i) raw.push_back(uint8_t(crc >> (8 * i)));
-  std::string b64(4 * ((raw.size() + 2) / 3) + 1, '\0');
-  b64.resize(size_t(
-      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()), raw.data(), int(raw.size()))));
-  wipe(raw);
   char head[24];
   std::snprintf(head, sizeof head, "NVMeTLSkey-1:%02u:", psk.transform);
-  return head + b64 + ":";
+  return head + encode_key_text(psk.key) + ":";
 }
 
 bool load_tls_psk_file(const std::string& path, std::vector<ConfiguredPsk>* out,
