@@ -5,6 +5,7 @@
 threads (so every host thread shares one core, an oversubscribed host), 4 KiB random reads,
 QD 32 per thread. Points, each the median of REPS interleaved runs:
   * 8 threads over 1 and 2 connections: lock, sendlist; none (8 connections);
+  * 64 threads x QD 8 over 2 connections: lock, sendlist (errors are reported);
   * IOPS and p99 against thread count (1, 2, 4, 8, 16) for none, lock and sendlist (1 connection);
   * fio through build/libsens_fio.so against sens perf at the same settings (QD 32, 1 and 4
     jobs/threads, a connection each), when the engine is built.
@@ -22,10 +23,10 @@ import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 
-def run_point(sens, trid, threads, mode, conns, secs, d):
+def run_point(sens, trid, threads, mode, conns, qd, secs, d):
     out = os.path.join(d, "p.json")
     args = ["taskset", "-c", "1", sens, "perf", "-r", trid, "-q", "--rw", "randread", "--bs", "4k",
-            "--qd", "32", "--time", str(secs), "--warmup", "0.5", "--threads", str(threads),
+            "--qd", str(qd), "--time", str(secs), "--warmup", "0.5", "--threads", str(threads),
             "--share", mode, "--json", out]
     if mode != "none":
         args += ["--connections", str(conns)]
@@ -37,7 +38,7 @@ def run_point(sens, trid, threads, mode, conns, secs, d):
             "host_cpu_us_per_io": (j["cpu_user_s"] + j["cpu_sys_s"]) / max(j["total_ios"], 1) * 1e6,
             "thread_iops_min": min(t["iops"] for t in th), "thread_iops_max": max(t["iops"] for t in th),
             "drain_per_pass": (j["drain"].get("per_pass") or {}).get("mean"),
-            "send_per_io": j["syscalls"]["send_per_io"]}
+            "send_per_io": j["syscalls"]["send_per_io"], "errors": j["errors"]}
 
 def run_fio(engine, trid, jobs, secs):
     args = ["taskset", "-c", "1", "fio", "--name=f", f"--ioengine=external:{engine}",
@@ -96,10 +97,11 @@ def main():
     if a.from_json:
         plot(json.load(open(a.from_json))["rows"], a.plot or ".")
         return 0
-    points = []  # (threads, mode, connections)
+    points = []  # (threads, mode, connections, QD per thread)
     for t in [int(x) for x in a.threads.split(",")]:
-        points += [(t, "none", t), (t, "lock", 1), (t, "sendlist", 1)]
-    points += [(8, "lock", 2), (8, "sendlist", 2)]
+        points += [(t, "none", t, 32), (t, "lock", 1, 32), (t, "sendlist", 1, 32)]
+    # 64 x QD 8 over 2 connections: 256 commands per connection (64 x 32 would pass CAP.MQES)
+    points += [(8, "lock", 2, 32), (8, "sendlist", 2, 32), (64, "lock", 2, 8), (64, "sendlist", 2, 8)]
     if a.fio_only:
         points = []
     port = free_port()
@@ -122,7 +124,7 @@ def main():
                           f"p99 {r['p99_us']:8.1f} us", file=sys.stderr, flush=True)
                 for t in fio_points:
                     fio_runs[("fio", t)].append(run_fio(engine, trid, t, a.time))
-                    fio_runs[("perf", t)].append(run_point(a.sens, trid, t, "none", t, a.time, d))
+                    fio_runs[("perf", t)].append(run_point(a.sens, trid, t, "none", t, 32, a.time, d))
                     print(f"rep {rep} fio {t} job(s) {fio_runs[('fio', t)][-1]['iops']:9.0f} IOPS, "
                           f"sens perf {fio_runs[('perf', t)][-1]['iops']:9.0f}", file=sys.stderr,
                           flush=True)
@@ -132,7 +134,8 @@ def main():
     for p in points:
         rs = runs[p]
         med = {k: statistics.median([r[k] for r in rs]) if rs[0][k] is not None else None for k in rs[0]}
-        med.update({"threads": p[0], "share": p[1], "connections": p[2],
+        med["errors"] = sum(r["errors"] for r in rs)
+        med.update({"threads": p[0], "share": p[1], "connections": p[2], "qd": p[3],
                     "iops_min": min(r["iops"] for r in rs), "iops_max": max(r["iops"] for r in rs)})
         rows.append(med)
     fio_rows = []
@@ -145,15 +148,15 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"reps": a.reps, "seconds": a.time, "rows": rows, "fio": fio_rows}, f, indent=2)
-    print("| threads | share | connections | kIOPS (min-max) | p99 us | avg us | host CPU us/IO | per-thread kIOPS min-max | send-list entries/pass | sends/IO |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| threads x QD | share | connections | kIOPS (min-max) | p99 us | avg us | host CPU us/IO | per-thread kIOPS min-max | send-list entries/pass | sends/IO | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         dp = f"{r['drain_per_pass']:.1f}" if r["drain_per_pass"] else "-"
-        print(f"| {r['threads']} | {r['share']} | {r['connections']} | {r['iops']/1e3:.1f} "
+        print(f"| {r['threads']} x {r['qd']} | {r['share']} | {r['connections']} | {r['iops']/1e3:.1f} "
               f"({r['iops_min']/1e3:.0f}-{r['iops_max']/1e3:.0f}) | {r['p99_us']:.0f} | "
               f"{r['lat_avg_us']:.0f} | {r['host_cpu_us_per_io']:.2f} | "
               f"{r['thread_iops_min']/1e3:.1f}-{r['thread_iops_max']/1e3:.1f} | {dp} | "
-              f"{r['send_per_io']:.2f} |")
+              f"{r['send_per_io']:.2f} | {r['errors']} |")
 
     if a.plot and rows:
         plot(rows, a.plot)

@@ -168,6 +168,7 @@ struct Usage {
 struct Syscalls {
   uint64_t send = 0, recv = 0, polls = 0;
   uint64_t sleeps = 0, spins = 0, wakeups = 0;  // the reactors' polls, by outcome
+  uint64_t yields = 0;                           // spins that yielded a crowded CPU first
   void add(const Syscalls& o) {
     send += o.send;
     recv += o.recv;
@@ -175,10 +176,11 @@ struct Syscalls {
     sleeps += o.sleeps;
     spins += o.spins;
     wakeups += o.wakeups;
+    yields += o.yields;
   }
   Syscalls minus(const Syscalls& o) const {
     return {send - o.send,     recv - o.recv,   polls - o.polls,
-            sleeps - o.sleeps, spins - o.spins, wakeups - o.wakeups};
+            sleeps - o.sleeps, spins - o.spins, wakeups - o.wakeups, yields - o.yields};
   }
 };
 
@@ -195,6 +197,7 @@ Syscalls reactor_syscalls(const Reactor& r) {
   s.sleeps = r.stats().sleeps;
   s.spins = r.stats().spins;
   s.wakeups = r.stats().wakeups;
+  s.yields = r.stats().yields;
   return s;
 }
 
@@ -1193,10 +1196,10 @@ void Engine::report() {
                  usr, 100 * usr / secs, sysc, 100 * sysc / secs, vcs, ivcs);
     std::fprintf(out_,
                  "syscalls per I/O: send %.3f recv %.3f epoll %.3f; poll %s: %.3f sleeps, "
-                 "%.3f empty spins, %.3f wake-ups per I/O\n",
+                 "%.3f empty spins, %.3f yields of a crowded CPU, %.3f wake-ups per I/O\n",
                  double(sys.send) / ios, double(sys.recv) / ios, double(sys.polls) / ios,
                  poll_mode_name(o_.poll), double(sys.sleeps) / ios, double(sys.spins) / ios,
-                 double(sys.wakeups) / ios);
+                 double(sys.yields) / ios, double(sys.wakeups) / ios);
     std::fprintf(out_,
                  "coalesce %s: %llu PDUs in %llu send calls, %.2f PDUs/flush, H2CData "
                  "queueing delay avg %.1f us\n",
@@ -1287,6 +1290,7 @@ void Engine::report() {
         {"max_spin_us", o_.poll_max_us},
         {"sleeps", sys.sleeps},
         {"spins", sys.spins},
+        {"yields", sys.yields},
         {"wakeups", sys.wakeups},
         {"timer_late_us", workers_[0]->timer_late()}}},
       {"coalesce", coalesce::to_json(co)},

@@ -114,6 +114,8 @@ void Client::run(const NextFn& next, const DoneFn& done) {
     }
     flush_sends();
     if (active_ == 0) break;
+    // A fresh clock: a reply to a request sent just now must not measure 0 ns.
+    now = monotonic_now();
     int got = receive(now);
     if (got == 0 && options_.poll > 0) {
       const Nanos poll_end = now + options_.poll;

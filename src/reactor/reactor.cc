@@ -1,5 +1,6 @@
 #include "reactor/reactor.h"
 
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -17,7 +18,29 @@ namespace {
 thread_local Reactor* t_current = nullptr;
 // Marks the eventfd in epoll's user data; handlers are never at this address.
 constexpr uint64_t kWakeupTag = 1;
+std::atomic<int> g_busy_reactors{0};
 }  // namespace
+
+int Reactor::busy_reactors() {
+  return g_busy_reactors.load(std::memory_order_relaxed);
+}
+
+void Reactor::set_busy(bool busy) {
+  if (busy == busy_counted_) return;
+  busy_counted_ = busy;
+  g_busy_reactors.fetch_add(busy ? 1 : -1, std::memory_order_relaxed);
+}
+
+int Reactor::usable_cpus() {
+  // `taskset -c 1 sens perf --threads 8`: eight reactors (and their owners) on one CPU.
+  static const int n = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+    return std::max(CPU_COUNT(&set), 1);
+  }();
+  return n;
+}
 
 Timer::~Timer() {
   if (reactor_ && armed()) reactor_->cancel(*this);
@@ -41,6 +64,7 @@ Reactor::Reactor(int index) : index_(index), events_(256) {
 }
 
 Reactor::~Reactor() {
+  set_busy(false);
   for (Timer* t : heap_) t->heap_index_ = -1;
   close(epfd_);
   close(event_fd_);
@@ -270,6 +294,7 @@ int Reactor::wait_events(Nanos wait, const timespec& ts) {
 
 void Reactor::run_once(Nanos max_wait) {
   t_current = this;
+  set_busy(true);
   // Three clock reads per pass (here, after the poll, at the end): on a spinning reactor
   // they are a visible share of the loop.
   const Nanos poll_start = clock_.now();
@@ -281,8 +306,15 @@ void Reactor::run_once(Nanos max_wait) {
   const bool spin = wait == 0 && due != 0;  // polling's choice, not work due
   timespec ts{time_t(wait / kSecond), long(wait % kSecond)};
   ++stats_.polls;
-  if (wait != 0) ++stats_.sleeps;
+  if (wait != 0) {
+    ++stats_.sleeps;
+    if (outstanding_ <= 0) set_busy(false);  // idle until an event
+  } else if (spin && busy_reactors() > usable_cpus()) {
+    sched_yield();
+    ++stats_.yields;
+  }
   int n = wait_events(wait, ts);
+  set_busy(true);
   if (guarded) sleep_guard_->after_sleep();
   const Nanos poll_end = clock_.now();
   pass_start_ = poll_end;
@@ -355,6 +387,7 @@ nlohmann::json Reactor::stats_json() const {
   return {{"polls", stats_.polls},
           {"sleeps", stats_.sleeps},
           {"spins", stats_.spins},
+          {"yields", stats_.yields},
           {"wakeups", stats_.wakeups},
           {"timers_fired", stats_.timers_fired},
           {"busy", busy_},
