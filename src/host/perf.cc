@@ -168,7 +168,7 @@ struct Usage {
 struct Syscalls {
   uint64_t send = 0, recv = 0, polls = 0;
   uint64_t sleeps = 0, spins = 0, wakeups = 0;  // the reactors' polls, by outcome
-  uint64_t yields = 0;                           // spins that yielded a crowded CPU first
+  uint64_t yields = 0;                          // spins that yielded a crowded CPU first
   void add(const Syscalls& o) {
     send += o.send;
     recv += o.recv;
@@ -179,8 +179,8 @@ struct Syscalls {
     yields += o.yields;
   }
   Syscalls minus(const Syscalls& o) const {
-    return {send - o.send,     recv - o.recv,   polls - o.polls,
-            sleeps - o.sleeps, spins - o.spins, wakeups - o.wakeups, yields - o.yields};
+    return {send - o.send,   recv - o.recv,       polls - o.polls,  sleeps - o.sleeps,
+            spins - o.spins, wakeups - o.wakeups, yields - o.yields};
   }
 };
 

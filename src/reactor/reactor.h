@@ -214,9 +214,9 @@ class Reactor {
   PollMode poll_mode_ = PollMode::kOff;
   Nanos max_spin_ = 50 * kMicro;
   int64_t outstanding_ = 0;
-  Nanos last_event_ = 0;     // the last pass with events (or that submitted after a quiet spell)
-  Nanos pass_start_ = 0;     // when the current pass's poll returned
-  double event_gap_ns_ = 0;  // EWMA of the time between passes that had events
+  Nanos last_event_ = 0;       // the last pass with events (or that submitted after a quiet spell)
+  Nanos pass_start_ = 0;       // when the current pass's poll returned
+  double event_gap_ns_ = 0;    // EWMA of the time between passes that had events
   bool busy_counted_ = false;  // counted in busy_reactors()
   std::mutex mailbox_mu_;
   std::vector<std::function<void()>> mailbox_, mailbox_running_;
