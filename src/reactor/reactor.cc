@@ -18,17 +18,17 @@ namespace {
 thread_local Reactor* t_current = nullptr;
 // Marks the eventfd in epoll's user data; handlers are never at this address.
 constexpr uint64_t kWakeupTag = 1;
-std::atomic<int> g_busy_reactors{0};
+std::atomic<int> g_active_reactors{0};
 }  // namespace
 
-int Reactor::busy_reactors() {
-  return g_busy_reactors.load(std::memory_order_relaxed);
+int Reactor::active_reactors() {
+  return g_active_reactors.load(std::memory_order_relaxed);
 }
 
-void Reactor::set_busy(bool busy) {
-  if (busy == busy_counted_) return;
-  busy_counted_ = busy;
-  g_busy_reactors.fetch_add(busy ? 1 : -1, std::memory_order_relaxed);
+void Reactor::set_active(bool active) {
+  if (active == active_counted_) return;
+  active_counted_ = active;
+  g_active_reactors.fetch_add(active ? 1 : -1, std::memory_order_relaxed);
 }
 
 int Reactor::usable_cpus() {
@@ -64,7 +64,7 @@ Reactor::Reactor(int index) : index_(index), events_(256) {
 }
 
 Reactor::~Reactor() {
-  set_busy(false);
+  set_active(false);
   for (Timer* t : heap_) t->heap_index_ = -1;
   close(epfd_);
   close(event_fd_);
@@ -294,7 +294,7 @@ int Reactor::wait_events(Nanos wait, const timespec& ts) {
 
 void Reactor::run_once(Nanos max_wait) {
   t_current = this;
-  set_busy(true);
+  set_active(true);
   // Three clock reads per pass (here, after the poll, at the end): on a spinning reactor
   // they are a visible share of the loop.
   const Nanos poll_start = clock_.now();
@@ -308,13 +308,13 @@ void Reactor::run_once(Nanos max_wait) {
   ++stats_.polls;
   if (wait != 0) {
     ++stats_.sleeps;
-    if (outstanding_ <= 0) set_busy(false);  // idle until an event
-  } else if (spin && busy_reactors() > usable_cpus()) {
+    if (outstanding_ <= 0) set_active(false);  // idle until an event
+  } else if (spin && active_reactors() > usable_cpus()) {
     sched_yield();
     ++stats_.yields;
   }
   int n = wait_events(wait, ts);
-  set_busy(true);
+  set_active(true);
   if (guarded) sleep_guard_->after_sleep();
   const Nanos poll_end = clock_.now();
   pass_start_ = poll_end;

@@ -132,14 +132,14 @@ class Reactor {
   // back to 0 on an idle reactor is a stuck command.
   void set_poll(PollMode mode, Nanos max_spin);
   PollMode poll_mode() const { return poll_mode_; }
-  // When this process has more busy reactors than the CPUs it may use, a spinning reactor
+  // When this process has more active reactors than the CPUs it may use, a spinning reactor
   // yields the CPU (sched_yield) before each zero-timeout poll: on a crowded CPU a spinner
   // would take the time of the thread that produces its event (a shared connection's owner,
   // another connection's reactor); with nobody else runnable the yield returns at once.
-  // Busy: running or spinning, or asleep with work outstanding (it is woken soon, and a
+  // Active: running or spinning, or asleep with work outstanding (it is woken soon, and a
   // thread woken but not yet running cannot count itself); an idle reactor (an admin queue's,
-  // say) is not.
-  static int busy_reactors();
+  // say) is not. (Not busy_fraction(), the share of time a reactor spends handling events.)
+  static int active_reactors();
   static int usable_cpus();  // CPUs in the affinity mask of the first thread that asks
   // Work handed to a peer: when it ends an idle spell (nothing was outstanding), adaptive
   // polling counts its spin window from this pass, as if an event had just arrived, so a
@@ -197,7 +197,7 @@ class Reactor {
   void drain_mailbox();
   void run_deferred_and_pass_end();
   void account(Nanos poll_start, Nanos poll_end, Nanos pass_end, bool worked);
-  void set_busy(bool busy);
+  void set_active(bool active);
 
   int index_;
   int epfd_ = -1;
@@ -214,10 +214,10 @@ class Reactor {
   PollMode poll_mode_ = PollMode::kOff;
   Nanos max_spin_ = 50 * kMicro;
   int64_t outstanding_ = 0;
-  Nanos last_event_ = 0;       // the last pass with events (or that submitted after a quiet spell)
-  Nanos pass_start_ = 0;       // when the current pass's poll returned
-  double event_gap_ns_ = 0;    // EWMA of the time between passes that had events
-  bool busy_counted_ = false;  // counted in busy_reactors()
+  Nanos last_event_ = 0;     // the last pass with events (or that submitted after a quiet spell)
+  Nanos pass_start_ = 0;     // when the current pass's poll returned
+  double event_gap_ns_ = 0;  // EWMA of the time between passes that had events
+  bool active_counted_ = false;  // counted in active_reactors()
   std::mutex mailbox_mu_;
   std::vector<std::function<void()>> mailbox_, mailbox_running_;
   std::atomic<bool> stop_{false};

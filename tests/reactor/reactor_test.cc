@@ -236,27 +236,27 @@ TEST(Reactor, PollModesDecideBetweenSpinningAndSleeping) {
   }
 }
 
-TEST(Reactor, SpinningYieldsTheCpuOnlyWhenBusyReactorsOutnumberCpus) {
+TEST(Reactor, SpinningYieldsTheCpuOnlyWhenActiveReactorsOutnumberCpus) {
   const int cpus = Reactor::usable_cpus();
   ASSERT_GE(cpus, 1);
-  const int before = Reactor::busy_reactors();
+  const int before = Reactor::active_reactors();
   ASSERT_EQ(before, 0) << "no reactor of an earlier test is left";
   Reactor r;
   r.set_poll(PollMode::kAlways, 50 * kMicro);
-  r.run_once(5 * kMilli);  // a spin; r now counts as busy
-  EXPECT_EQ(Reactor::busy_reactors(), 1);
+  r.run_once(5 * kMilli);  // a spin; r now counts as active
+  EXPECT_EQ(Reactor::active_reactors(), 1);
   std::vector<std::unique_ptr<Reactor>> others;
-  while (Reactor::busy_reactors() < cpus) {
+  while (Reactor::active_reactors() < cpus) {
     others.push_back(std::make_unique<Reactor>());
     others.back()->run_once(0);
   }
   r.run_once(5 * kMilli);
-  EXPECT_EQ(r.stats().yields, 0u) << "as many busy reactors as CPUs: spin without yielding";
+  EXPECT_EQ(r.stats().yields, 0u) << "as many active reactors as CPUs: spin without yielding";
   others.push_back(std::make_unique<Reactor>());
   others.back()->run_once(0);
   r.run_once(5 * kMilli);
   r.run_once(5 * kMilli);
-  EXPECT_EQ(r.stats().yields, 2u) << "one busy reactor more than CPUs: each spin yields first";
+  EXPECT_EQ(r.stats().yields, 2u) << "one active reactor more than CPUs: each spin yields first";
   EXPECT_EQ(r.stats_json()["yields"], 2);
   // A reactor asleep with nothing outstanding stops counting (an idle admin queue); one
   // asleep with an answer outstanding still counts (it is about to be woken).
@@ -267,22 +267,22 @@ TEST(Reactor, SpinningYieldsTheCpuOnlyWhenBusyReactorsOutnumberCpus) {
     woke = true;
   });
   const Nanos deadline = r.now() + kSecond;
-  while (Reactor::busy_reactors() > cpus && r.now() < deadline) std::this_thread::yield();
-  EXPECT_EQ(Reactor::busy_reactors(), cpus);
+  while (Reactor::active_reactors() > cpus && r.now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(Reactor::active_reactors(), cpus);
   r.run_once(5 * kMilli);
   EXPECT_EQ(r.stats().yields, 2u) << "the idle sleeper left the CPU to the others";
   idle.wake();
   sleeper.join();
   EXPECT_TRUE(woke);
-  EXPECT_EQ(Reactor::busy_reactors(), cpus + 1) << "awake again";
+  EXPECT_EQ(Reactor::active_reactors(), cpus + 1) << "awake again";
   idle.add_outstanding(1);
   std::thread waiter([&] { idle.run_once(20 * kMilli); });
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(Reactor::busy_reactors(), cpus + 1) << "asleep with work outstanding: still busy";
+  EXPECT_EQ(Reactor::active_reactors(), cpus + 1) << "asleep with work outstanding: still active";
   waiter.join();
   idle.add_outstanding(-1);
   others.clear();
-  EXPECT_EQ(Reactor::busy_reactors(), 1) << "destroyed reactors stop counting";
+  EXPECT_EQ(Reactor::active_reactors(), 1) << "destroyed reactors stop counting";
 }
 
 TEST(Reactor, IdleReactorIsNotBusyAndTimerLatenessIsRecorded) {
