@@ -270,11 +270,11 @@ Nanos Reactor::polled_wait(Nanos wait, Nanos now) const {
   if (wait == 0 || poll_mode_ == PollMode::kOff) return wait;
   if (poll_mode_ == PollMode::kAlways) return 0;
   // Adaptive: spin while the next event is likely to come soon: up to twice the recent time
-  // between events, counted from the last event or from a submission that ended a quiet spell
-  // (a peer answering in 10 us is worth waiting for; one answering in 15 ms, a slow device or
-  // an idle host, is not), never longer than max_spin.
+  // between events, counted from the last event or from the end of the last pass that sent
+  // new work, whichever is later (a peer answering in 10 us is worth waiting for; one
+  // answering in 15 ms, a slow device or an idle host, is not), never longer than max_spin.
   Nanos budget = std::min<Nanos>(max_spin_, Nanos(2 * event_gap_ns_));
-  return now - last_event_ < budget ? 0 : wait;
+  return now - std::max(last_event_, last_handoff_) < budget ? 0 : wait;
 }
 
 int Reactor::wait_events(Nanos wait, const timespec& ts) {
@@ -343,7 +343,12 @@ void Reactor::run_once(Nanos max_wait) {
   const bool worked = n > 0 || hooked || stats_.timers_fired != fired_before ||
                       !deferred_.empty() || !pass_end_.empty();
   run_deferred_and_pass_end();
-  account(poll_start, poll_end, clock_.now(), worked);
+  const Nanos pass_end = clock_.now();
+  if (handed_off_) {
+    handed_off_ = false;
+    last_handoff_ = pass_end;
+  }
+  account(poll_start, poll_end, pass_end, worked);
   if (pass_mutex_) pass_mutex_->unlock();
 }
 

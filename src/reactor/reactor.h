@@ -144,8 +144,12 @@ class Reactor {
   // Work handed to a peer: when it ends an idle spell (nothing was outstanding), adaptive
   // polling counts its spin window from this pass, as if an event had just arrived, so a
   // host that submits from a timer or after a quiet spell spins for the answer.
+  // Any new work also restarts the spin window when the pass that sends it ends: the answer
+  // is due a response time after the send, however long the owner worked before sending (fio
+  // queues commands between passes, after handling the completions that freed them).
   void add_outstanding(int64_t delta) {
     if (delta > 0 && outstanding_ <= 0 && pass_start_ > last_event_) last_event_ = pass_start_;
+    if (delta > 0) handed_off_ = true;
     outstanding_ += delta;
   }
   int64_t outstanding() const { return outstanding_; }
@@ -215,6 +219,8 @@ class Reactor {
   Nanos max_spin_ = 50 * kMicro;
   int64_t outstanding_ = 0;
   Nanos last_event_ = 0;     // the last pass with events (or that submitted after a quiet spell)
+  Nanos last_handoff_ = 0;   // the end of the last pass that sent new work
+  bool handed_off_ = false;  // work was added since the last pass ended
   Nanos pass_start_ = 0;     // when the current pass's poll returned
   double event_gap_ns_ = 0;  // EWMA of the time between passes that had events
   bool active_counted_ = false;  // counted in active_reactors()

@@ -227,7 +227,34 @@ TEST(Reactor, PollModesDecideBetweenSpinningAndSleeping) {
     r.run_once(5 * kMilli);
     ASSERT_EQ(fired, 1);
     EXPECT_EQ(r.poll_wait(5 * kMilli), 0) << "an answer is due: spin";
-    r.add_outstanding(1);  // more work while some is outstanding does not move the window
+    r.add_outstanding(1);  // more work moves the window only once a pass has sent it
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 5 * kMilli) << "past max_spin: sleep";
+    r.add_outstanding(-2);
+    close(sv[0]);
+    close(sv[1]);
+  }
+  {
+    // Work queued between passes (fio queues commands after handling the completions that
+    // freed them) opens the window when the pass that sends it ends, however long the owner
+    // worked since the last event.
+    Reactor r;
+    r.set_poll(PollMode::kAdaptive, 2 * kMilli);
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    Counter h;
+    r.add(sv[0], EPOLLIN | EPOLLET, &h);
+    ASSERT_EQ(write(sv[1], "x", 1), 1);
+    r.run_once(5 * kMilli);
+    r.add_outstanding(1);  // commands in flight
+    ASSERT_EQ(write(sv[1], "y", 1), 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    r.run_once(5 * kMilli);  // a completion 2 ms later: the budget is min(2 ms, 2 x ~2 ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // the owner's own work
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 5 * kMilli) << "nothing sent since: sleep";
+    r.add_outstanding(1);  // a command queued between passes
+    r.run_once(0);         // the pass that sends it
+    EXPECT_EQ(r.poll_wait(5 * kMilli), 0) << "its answer is due: spin";
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
     EXPECT_EQ(r.poll_wait(5 * kMilli), 5 * kMilli) << "past max_spin: sleep";
     r.add_outstanding(-2);
