@@ -1,8 +1,8 @@
 /* fio ioengine over the sens host library: fio --ioengine=external:PATH/libsens_fio.so
  * --sens_trid='trtype:tcp traddr:... trsvcid:... subnqn:...' [--sens_nsid=N]
  * [--sens_share=none|lock|sendlist --sens_connections=M] [--sens_coalesce=POLICY]
- * [--sens_poll=off|adaptive|always]. Built against the headers of the installed fio's own
- * source (make deps), whose FIO_IOOPS_VERSION fio checks when it loads the engine. */
+ * [--sens_poll=off|adaptive|always] [--sens_stats=1]. Built against the headers of the installed
+ * fio's own source (make deps), whose FIO_IOOPS_VERSION fio checks when it loads the engine. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +19,7 @@ struct sens_options {
   unsigned int connections;
   char* coalesce;
   char* poll;
+  unsigned int stats;
 };
 
 static struct fio_option options[] = {
@@ -82,6 +83,16 @@ static struct fio_option options[] = {
         .group = FIO_OPT_G_INVALID,
     },
     {
+        .name = "sens_stats",
+        .lname = "sens transport counters",
+        .type = FIO_OPT_BOOL,
+        .off1 = offsetof(struct sens_options, stats),
+        .def = "0",
+        .help = "print each job's syscalls, polls and PDUs per flush per I/O when it ends",
+        .category = FIO_OPT_C_ENGINE,
+        .group = FIO_OPT_G_INVALID,
+    },
+    {
         .name = NULL,
     },
 };
@@ -91,7 +102,8 @@ struct sens_data {
   struct io_u** events;
   void** cookies;
   int* errors;
-  unsigned int nevents;
+  struct io_u** unsent; /* queued since the last poller pass, which sends them */
+  unsigned int nunsent;
 };
 
 static void fill_opts(struct thread_data* td, struct sens_fio_opts* o) {
@@ -131,6 +143,8 @@ static int sens_setup(struct thread_data* td) {
   return 0;
 }
 
+static void sens_cleanup(struct thread_data* td);
+
 static int sens_init(struct thread_data* td) {
   struct sens_fio_opts o;
   char err[512];
@@ -146,17 +160,29 @@ static int sens_init(struct thread_data* td) {
   d->events = calloc(td->o.iodepth, sizeof(*d->events));
   d->cookies = calloc(td->o.iodepth, sizeof(*d->cookies));
   d->errors = calloc(td->o.iodepth, sizeof(*d->errors));
+  d->unsent = calloc(td->o.iodepth, sizeof(*d->unsent));
   td->io_ops_data = d;
+  if (!d->events || !d->cookies || !d->errors || !d->unsent) {
+    log_err("fio: sens: out of memory\n");
+    sens_cleanup(td);
+    return 1;
+  }
   return 0;
 }
 
 static void sens_cleanup(struct thread_data* td) {
   struct sens_data* d = td->io_ops_data;
   if (!d) return;
+  if (((struct sens_options*)td->eo)->stats) {
+    char line[512];
+    sens_fio_stats(d->q, line, sizeof(line));
+    log_info("fio: sens: %s: %s\n", td->o.name, line);
+  }
   sens_fio_queue_close(d->q);
   free(d->events);
   free(d->cookies);
   free(d->errors);
+  free(d->unsent);
   free(d);
   td->io_ops_data = NULL;
 }
@@ -189,6 +215,7 @@ static enum fio_q_status sens_queue(struct thread_data* td, struct io_u* io_u) {
     io_u->error = -rc;
     return FIO_Q_COMPLETED;
   }
+  if (d->nunsent < td->o.iodepth) d->unsent[d->nunsent++] = io_u; /* fio keeps <= iodepth */
   return FIO_Q_QUEUED;
 }
 
@@ -197,6 +224,24 @@ static int sens_commit(struct thread_data* td) {
    * pass per commit would cost a poll syscall per I/O, fio committing one io_u at a time). */
   (void)td;
   return 0;
+}
+
+/* Just before the pass that sends them: what fio expects of an engine with a commit hook (the
+ * submission latency sample, the submit histogram), with one clock read for the whole batch
+ * as fio's io_uring and libaio engines take it (FIO_ASYNCIO_SETS_ISSUE_TIME). */
+static void mark_sent(struct thread_data* td, struct sens_data* d) {
+  unsigned int i;
+  if (!d->nunsent) return;
+  if (fio_fill_issue_time(td)) {
+    struct timespec now;
+    fio_gettime(&now, NULL);
+    for (i = 0; i < d->nunsent; ++i) {
+      d->unsent[i]->issue_time = now;
+      io_u_queued(td, d->unsent[i]);
+    }
+  }
+  io_u_mark_submit(td, d->nunsent);
+  d->nunsent = 0;
 }
 
 static int sens_getevents(struct thread_data* td, unsigned int min, unsigned int max,
@@ -217,6 +262,7 @@ static int sens_getevents(struct thread_data* td, unsigned int min, unsigned int
     if (n >= max || (n >= min && passes > 0)) break;
     /* Sends what fio queued since the last pass and receives; waits up to 1 ms when nothing
      * is ready (hybrid polling spins first), never when fio asked for no minimum. */
+    mark_sent(td, d);
     sens_fio_poll(d->q, n >= min ? 0 : 1000000);
     ++passes;
   }
@@ -245,7 +291,7 @@ struct ioengine_ops ioengine = {
     .version = FIO_IOOPS_VERSION,
     .options = options,
     .option_struct_size = sizeof(struct sens_options),
-    .flags = FIO_DISKLESSIO | FIO_NOEXTEND | FIO_NODISKUTIL,
+    .flags = FIO_DISKLESSIO | FIO_NOEXTEND | FIO_NODISKUTIL | FIO_ASYNCIO_SETS_ISSUE_TIME,
     .setup = sens_setup,
     .init = sens_init,
     .cleanup = sens_cleanup,

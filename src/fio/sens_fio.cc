@@ -3,8 +3,11 @@
 
 #include <sens/host.h>
 
-#include <cerrno>
+#include "host/library.h"
+#include "host/queue.h"
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -66,6 +69,7 @@ struct sens_fio_queue {
   std::unique_ptr<sens::IoQueue> q;
   std::vector<std::pair<void*, int>> done;  // completed, not yet reaped
   size_t head = 0;
+  uint64_t completed = 0;
 };
 
 extern "C" int sens_fio_probe(const sens_fio_opts* o, uint64_t* bytes, uint32_t* block_size,
@@ -154,6 +158,7 @@ extern "C" int sens_fio_submit(sens_fio_queue* q, int op, uint64_t offset, uint6
   auto cb = [](void* ctx, const sens::Completion& done) {
     auto* c = static_cast<Ctx*>(ctx);
     c->q->done.push_back({c->cookie, done.status.ok() ? 0 : EIO});
+    ++c->q->completed;
     free_list.push_back(c);
   };
   const uint32_t nsid = q->ns.nsid;
@@ -195,4 +200,23 @@ extern "C" unsigned sens_fio_reap(sens_fio_queue* q, void** cookies, int* errors
     q->head = 0;
   }
   return n;
+}
+
+extern "C" void sens_fio_stats(sens_fio_queue* q, char* out, size_t len) {
+  const sens::Reactor& r = q->poller->impl().reactor();
+  uint64_t send = 0, recv = 0, pdus = 0, flushes = 0;
+  if (const sens::host::Queue* iq = q->q->impl().inline_queue()) {
+    send = iq->send_queue().counters().sendmsg_calls;
+    recv = iq->recv_counters().recv_calls;
+    pdus = iq->send_queue().scheduler().stats().pdus_sent;
+    for (uint64_t f : iq->send_queue().scheduler().stats().flushes) flushes += f;
+  }
+  const double n = q->completed ? double(q->completed) : 1.0;
+  std::snprintf(
+      out, len,
+      "%llu I/Os; per I/O: send %.3f recv %.3f epoll %.3f (sleeps %.3f, empty spins %.3f, "
+      "yields %.3f, wake-ups %.3f); %.2f PDUs per flush",
+      (unsigned long long)q->completed, send / n, recv / n, r.stats().polls / n,
+      r.stats().sleeps / n, r.stats().spins / n, r.stats().yields / n, r.stats().wakeups / n,
+      flushes ? double(pdus) / flushes : 0.0);
 }
