@@ -60,6 +60,29 @@ TEST_P(FioShare, FourThreadsOverTwoConnections) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, FioShare, ::testing::Values("none", "lock", "sendlist"));
 
+TEST(FioEngine, RecordsSubmissionLatencyAndPrintsTransportCounters) {
+  // With a commit hook the engine itself hands fio each sent io_u (io_u_queued): without that
+  // fio has no slat samples and an empty submit histogram.
+  if (!have_engine()) GTEST_SKIP() << "libsens_fio.so not built";
+  host::testing::TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  RunResult r = run_command(
+      {"/usr/bin/fio", "--name=sens", "--ioengine=external:" + std::string(SENS_FIO_ENGINE),
+       "--sens_trid=" + t.trid(), "--rw=randread", "--bs=4k", "--size=4M", "--iodepth=8",
+       "--number_ios=2000", "--sens_stats=1", "--output-format=json"},
+      120000);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string all = r.out + r.err;
+  const size_t slat = r.out.find("\"slat_ns\"");
+  ASSERT_NE(slat, std::string::npos) << r.out;
+  const size_t n = r.out.find("\"N\" : ", slat);
+  ASSERT_NE(n, std::string::npos) << r.out;
+  EXPECT_GT(std::stoll(r.out.substr(n + 6)), 0) << r.out.substr(slat, 200);
+  EXPECT_NE(all.find("fio: sens: sens: "), std::string::npos) << all;
+  EXPECT_NE(all.find(" I/Os; per I/O: send "), std::string::npos) << all;
+  EXPECT_NE(all.find("PDUs per flush"), std::string::npos) << all;
+}
+
 TEST(FioEngine, BadTransportIdIsNamed) {
   if (!have_engine()) GTEST_SKIP() << "libsens_fio.so not built";
   host::testing::TargetProcess t;
