@@ -8,7 +8,9 @@ QD 32 per thread. Points, each the median of REPS interleaved runs:
   * 64 threads x QD 8 over 2 connections: lock, sendlist (errors are reported);
   * IOPS and p99 against thread count (1, 2, 4, 8, 16) for none, lock and sendlist (1 connection);
   * fio through build/libsens_fio.so against sens perf at the same settings (QD 32, 1 and 4
-    jobs/threads, a connection each), when the engine is built.
+    jobs/threads, a connection each, sens perf's 64 MiB region split between them), with fio's
+    default reaping (one completion per getevents call) and with every completion of a pass
+    reaped at once (iodepth_batch_complete_max=32, what sens perf does), when the engine is built.
 Writes the rows as JSON (--json) and prints a markdown table. The machine is shared: read
 the numbers as ratios within one run.
 
@@ -40,11 +42,17 @@ def run_point(sens, trid, threads, mode, conns, qd, secs, d):
             "drain_per_pass": (j["drain"].get("per_pass") or {}).get("mean"),
             "send_per_io": j["syscalls"]["send_per_io"], "errors": j["errors"]}
 
-def run_fio(engine, trid, jobs, secs):
+def run_fio(engine, trid, jobs, secs, batch):
+    """fio over the engine at sens perf's settings: its 64 MiB region split between the jobs as
+    sens perf splits it between threads. batch: reap every completion a pass delivers
+    (iodepth_batch_complete_max=32), as sens perf does; fio's default reaps one per call."""
+    part = 64 // jobs
     args = ["taskset", "-c", "1", "fio", "--name=f", f"--ioengine=external:{engine}",
-            f"--sens_trid={trid}", "--rw=randread", "--bs=4k", "--iodepth=32", "--size=1G",
-            f"--numjobs={jobs}", "--thread", "--group_reporting", "--time_based",
-            f"--runtime={secs}", "--ramp_time=0.5", "--output-format=json"]
+            f"--sens_trid={trid}", "--rw=randread", "--bs=4k", "--iodepth=32", f"--size={part}M",
+            f"--offset_increment={part}M", f"--numjobs={jobs}", "--thread", "--group_reporting",
+            "--time_based", f"--runtime={secs}", "--ramp_time=0.5", "--output-format=json"]
+    if batch:
+        args.append("--iodepth_batch_complete_max=32")
     out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=secs + 120).stdout
     j = json.loads(out[out.index("{"):])["jobs"][0]
     r = j["read"]
@@ -113,7 +121,8 @@ def main():
     runs = {p: [] for p in points}
     engine = os.path.join(os.path.dirname(os.path.abspath(a.sens)), "libsens_fio.so")
     fio_points = [1, 4] if os.path.exists(engine) else []
-    fio_runs = {(k, t): [] for t in fio_points for k in ("fio", "perf")}
+    fio_kinds = ("fio", "fio_batch", "perf")
+    fio_runs = {(k, t): [] for t in fio_points for k in fio_kinds}
     try:
         with tempfile.TemporaryDirectory() as d:
             for rep in range(a.reps):  # interleaved: each repetition visits every point
@@ -123,9 +132,11 @@ def main():
                     print(f"rep {rep} T={p[0]:<2} {p[1]:8} x{p[2]:<2} {r['iops']:9.0f} IOPS "
                           f"p99 {r['p99_us']:8.1f} us", file=sys.stderr, flush=True)
                 for t in fio_points:
-                    fio_runs[("fio", t)].append(run_fio(engine, trid, t, a.time))
+                    fio_runs[("fio", t)].append(run_fio(engine, trid, t, a.time, False))
+                    fio_runs[("fio_batch", t)].append(run_fio(engine, trid, t, a.time, True))
                     fio_runs[("perf", t)].append(run_point(a.sens, trid, t, "none", t, 32, a.time, d))
                     print(f"rep {rep} fio {t} job(s) {fio_runs[('fio', t)][-1]['iops']:9.0f} IOPS, "
+                          f"batched reaping {fio_runs[('fio_batch', t)][-1]['iops']:9.0f}, "
                           f"sens perf {fio_runs[('perf', t)][-1]['iops']:9.0f}", file=sys.stderr,
                           flush=True)
     finally:
@@ -140,11 +151,15 @@ def main():
         rows.append(med)
     fio_rows = []
     for t in fio_points:
-        f = statistics.median(r["iops"] for r in fio_runs[("fio", t)])
-        p = statistics.median(r["iops"] for r in fio_runs[("perf", t)])
-        fio_rows.append({"jobs": t, "fio_iops": f, "perf_iops": p, "ratio": f / p,
-                         "fio_p99_us": statistics.median(r["p99_us"] for r in fio_runs[("fio", t)]),
-                         "perf_p99_us": statistics.median(r["p99_us"] for r in fio_runs[("perf", t)])})
+        med = {k: statistics.median(r["iops"] for r in fio_runs[(k, t)]) for k in fio_kinds}
+        p99 = {k: statistics.median(r["p99_us"] for r in fio_runs[(k, t)]) for k in fio_kinds}
+        fio_rows.append({"jobs": t, "fio_iops": med["fio"], "fio_batch_iops": med["fio_batch"],
+                         "perf_iops": med["perf"], "ratio": med["fio"] / med["perf"],
+                         "batch_ratio": med["fio_batch"] / med["perf"], "fio_p99_us": p99["fio"],
+                         "fio_batch_p99_us": p99["fio_batch"], "perf_p99_us": p99["perf"],
+                         "fio_runs": [r["iops"] for r in fio_runs[("fio", t)]],
+                         "fio_batch_runs": [r["iops"] for r in fio_runs[("fio_batch", t)]],
+                         "perf_runs": [r["iops"] for r in fio_runs[("perf", t)]]})
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"reps": a.reps, "seconds": a.time, "rows": rows, "fio": fio_rows}, f, indent=2)
@@ -162,11 +177,12 @@ def main():
         plot(rows, a.plot)
     if fio_rows:
         print()
-        print("| jobs x QD32 | fio + libsens_fio kIOPS (p99 us) | sens perf kIOPS (p99 us) | fio / perf |")
-        print("|---|---|---|---|")
+        print("| jobs x QD32 | fio + libsens_fio kIOPS (p99 us) | fio/perf | same, iodepth_batch_complete_max=32 | fio/perf | sens perf kIOPS (p99 us) |")
+        print("|---|---|---|---|---|---|")
         for r in fio_rows:
-            print(f"| {r['jobs']} | {r['fio_iops']/1e3:.1f} ({r['fio_p99_us']:.0f}) | "
-                  f"{r['perf_iops']/1e3:.1f} ({r['perf_p99_us']:.0f}) | {r['ratio']:.2f} |")
+            print(f"| {r['jobs']} | {r['fio_iops']/1e3:.1f} ({r['fio_p99_us']:.0f}) | {r['ratio']:.2f} | "
+                  f"{r['fio_batch_iops']/1e3:.1f} ({r['fio_batch_p99_us']:.0f}) | {r['batch_ratio']:.2f} | "
+                  f"{r['perf_iops']/1e3:.1f} ({r['perf_p99_us']:.0f}) |")
 
 if __name__ == "__main__":
     sys.exit(main())
