@@ -1,5 +1,8 @@
 // ram: an anonymous private mapping. Untouched pages cost nothing (they read as the shared
-// zero page), so a large namespace is free until written.
+// zero page), so a large namespace is free until written. The mapping is 2 MiB aligned and
+// asks for transparent huge pages: a first write then faults in 2 MiB at a time, not 4 KiB
+// (with 4 KiB pages the first pass over a fresh namespace ran at half speed here, all of it
+// in page faults), and the namespace costs one TLB entry per 2 MiB.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -35,7 +38,7 @@ class RamDevice final : public Device {
         size_(size),
         read_only_(read_only),
         page_size_(uint64_t(sysconf(_SC_PAGESIZE))) {}
-  ~RamDevice() override { munmap(base_, size_); }
+  ~RamDevice() override { munmap(base_, size_); }  // the pages of [base_, base_ + size_)
 
   uint64_t size() const override { return size_; }
   uint32_t block_size() const override { return kBlockSize; }
@@ -125,14 +128,29 @@ void RamQueue::submit(Request* req) {
 }  // namespace
 
 std::unique_ptr<Device> open_ram(uint64_t size, bool read_only, std::string* error) {
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) {
+  constexpr uint64_t kHuge = 2 << 20;
+  const uint64_t span = size > UINT64_MAX - kHuge ? size : size + kHuge;  // room to align
+  void* map = mmap(nullptr, span, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) {
     *error = "ram:" + format_size(size) + ": cannot map " + std::to_string(size) +
              " bytes: " + std::strerror(errno);
     return nullptr;
   }
-  return std::make_unique<RamDevice>(static_cast<uint8_t*>(base), size, read_only);
+  // Keep the 2 MiB aligned part; give back the slack on both sides.
+  auto* raw = static_cast<uint8_t*>(map);
+  uint8_t* base = raw;
+  if (span != size) {
+    base =
+        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~(kHuge - 1));
+    if (base > raw) munmap(raw, uint64_t(base - raw));
+    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+    const uint64_t keep = (size + page - 1) / page * page;  // munmap takes whole pages
+    const uint64_t tail = span - uint64_t(base - raw) - keep;
+    if (tail > 0) munmap(base + keep, tail);
+  }
+  madvise(base, size, MADV_HUGEPAGE);  // advice only: without THP the namespace still works
+  return std::make_unique<RamDevice>(base, size, read_only);
 }
 
 }  // namespace sens::storage

@@ -105,6 +105,46 @@ TEST(RamDevice, LargeSizeCostsNothingUntilWritten) {
   EXPECT_EQ(back, buf);
 }
 
+// The mapping starts on a 2 MiB boundary and carries MADV_HUGEPAGE (smaps flag "hg"), so a
+// fresh namespace faults in 2 MiB at a time; a size that is no whole number of pages still
+// reads and writes to its last byte.
+TEST(RamDevice, HugePageAlignedAndAdvised) {
+  std::string error;
+  auto dev = Device::open("ram:2049K", &error);
+  ASSERT_NE(dev, nullptr) << error;
+  ASSERT_EQ(dev->size(), 2049u * 1024);
+  const uint8_t* base = dev->mapped(0, 512);
+  ASSERT_NE(base, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (2u << 20), 0u);
+  auto q = dev->make_queue(4);
+  std::vector<uint8_t> buf(512), back(512);
+  fill_pattern(buf.data(), buf.size(), 7, 0);
+  ASSERT_EQ(run_io(*q, Op::kWrite, dev->size() - 512, 512, buf.data()), 0);
+  ASSERT_EQ(run_io(*q, Op::kRead, dev->size() - 512, 512, back.data()), 0);
+  EXPECT_EQ(back, buf);
+
+  struct stat st;
+  if (::stat("/sys/kernel/mm/transparent_hugepage", &st) != 0)
+    GTEST_SKIP() << "this kernel has no transparent huge pages: the advice is moot";
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  ASSERT_NE(f, nullptr);
+  char line[512];
+  bool in_vma = false, advised = false, found = false;
+  const auto addr = reinterpret_cast<uintptr_t>(base);
+  while (std::fgets(line, sizeof(line), f)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, ' ')) {
+      in_vma = addr >= lo && addr < hi;
+      found |= in_vma;
+    } else if (in_vma && std::strncmp(line, "VmFlags:", 8) == 0) {
+      advised = std::strstr(line, " hg") != nullptr;
+    }
+  }
+  std::fclose(f);
+  ASSERT_TRUE(found);
+  EXPECT_TRUE(advised) << "no MADV_HUGEPAGE on the namespace's mapping";
+}
+
 TEST(RamDevice, WriteReadRoundtripWithPatterns) {
   std::string error;
   auto dev = Device::open("ram:8M", &error);
