@@ -65,6 +65,9 @@ bool rw_reads(RwMode m) {
 bool rw_writes(RwMode m) {
   return m != RwMode::kRead && m != RwMode::kRandRead;
 }
+bool prefills(const PerfOptions& o) {
+  return o.prefill || (o.verify && !rw_writes(o.rw));
+}
 bool rw_random(RwMode m) {
   return m == RwMode::kRandRead || m == RwMode::kRandWrite || m == RwMode::kRandRw;
 }
@@ -760,7 +763,7 @@ void Worker::run() {
   if (!setup_error_.empty()) return;
   // Step 0: prefill (when verifying reads); 1: main; 2: read-back; 3: done.
   e_.steps_.wait_open(0);
-  if (e_.o_.verify && !rw_writes(e_.o_.rw)) {
+  if (prefills(e_.o_)) {
     start_phase(Phase::kPrefill);
     drain();
   }
@@ -842,9 +845,10 @@ std::string Engine::connect() {
     return "namespace " + std::to_string(ns->nsid) + " (" + format_size(ns->bytes()) +
            ") is smaller than --bs";
   blocks_ = region_ / o_.bs;
-  // Prefilling before a verified read run goes in large writes: the pattern does not care.
+  // Prefilling (before a verified read run, or --prefill) goes in large writes: the pattern
+  // does not care.
   plan_.prefill_chunk = o_.bs;
-  if (o_.verify && !rw_writes(o_.rw)) {
+  if (prefills(o_)) {
     uint64_t chunk = std::max<uint64_t>(o_.bs, 128 * 1024);
     if (mdts) chunk = std::min<uint64_t>(chunk, mdts);
     chunk = std::min<uint64_t>(chunk, region_ / o_.threads);
@@ -1005,7 +1009,7 @@ int Engine::run() {
   {
     const Nanos t0 = monotonic_now();
     run_workers_step(0);
-    if (o_.verify && !rw_writes(o_.rw) && !abort_.load())
+    if (prefills(o_) && !abort_.load())
       std::fprintf(out_, "prefill: %s written in %.1f s\n", format_size(region_).c_str(),
                    double(monotonic_now() - t0) / kSecond);
   }
@@ -1252,6 +1256,7 @@ void Engine::report() {
         {"share", share_mode_name(o_.share)},
         {"time_s", o_.time_s},
         {"warmup_s", o_.warmup_s},
+        {"prefill", prefills(o_)},
         {"rate_iops", o_.rate_iops},
         {"buffers", buffers::layout_name(o_.buffers)},
         {"verify", o_.verify},

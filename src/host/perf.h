@@ -42,6 +42,9 @@ struct PerfOptions {
   buffers::Layout buffers = buffers::Layout::kNaive;  // --buffers
   double rate_iops = 0;  // total I/Os per second across queues, as fio's rate_iops; 0: no cap
   bool verify = false;
+  // --prefill: write the whole region once, in large writes, before the run (first-touch
+  // costs of a fresh RAM or thin namespace then stay out of the numbers).
+  bool prefill = false;
   uint64_t size = 64ull << 20;  // the region of the namespace exercised (capped to its size)
   uint64_t seed = 0;            // verify pattern seed; 0 picks one
   uint32_t nsid = 0;            // 0: the first active namespace
@@ -63,6 +66,8 @@ struct PerfOptions {
   std::string tls_psk_file;                       // TLS 1.3 (see ControllerOptions)
   bool progress = true;                           // the line every second
 };
+// The run starts with a prefill pass: --prefill, or --verify of a mode that reads.
+bool prefills(const PerfOptions& o);
 
 // Checks and completes the options (parses the TRID). Returns "" or an error naming the
 // option, precise enough to fix the command line.

@@ -57,6 +57,9 @@ int perf_main(int argc, char** argv) {
   app.add_flag("--verify", o.verify,
                "write a per-LBA pattern and check every read of a written block (read modes "
                "prefill the region first; write modes read back what they wrote)");
+  app.add_flag("--prefill", o.prefill,
+               "write the whole region once (128 KiB writes) before the run, so that a fresh "
+               "RAM or thin-provisioned namespace is not measured at its first-touch cost");
   app.add_option("--size", size, "region of the namespace exercised (capped to its size)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "verify pattern seed (0: random)");

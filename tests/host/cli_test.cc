@@ -160,6 +160,24 @@ TEST_P(PerfShare, SixtyFourThreadsOverTwoConnectionsVerify) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, PerfShare, ::testing::Values("lock", "sendlist"));
 
+// --prefill writes the whole region before any mode (here a write mode, which --verify alone
+// would not prefill), says so, and the JSON report records it.
+TEST(PerfCli, PrefillWritesTheRegionFirst) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  const std::string json = temp_dir() + "/perf-prefill.json";
+  auto r = run_sens(
+      perf(t, {"--rw", "randwrite", "--bs", "4k", "--size", "8M", "--prefill", "--json", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("prefill: 8 MiB written"), std::string::npos) << r.output;
+  auto j = nlohmann::json::parse(read_file(json));
+  EXPECT_EQ(j["options"]["prefill"], true) << j.dump();
+  // Without it, a write mode starts at once.
+  r = run_sens(perf(t, {"--rw", "randwrite", "--bs", "4k", "--size", "8M"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("prefill:"), std::string::npos) << r.output;
+}
+
 TEST(PerfCli, KilledTargetEndsTheRunWithAnError) {
   TargetProcess t;
   ASSERT_TRUE(t.ready()) << t.log();
