@@ -11,7 +11,10 @@ namespace sens::coalesce {
 // * Counting. Every PDU, whatever the policy, counts in the total counter and the byte
 //   counter, so a kImmediate flush covers what is queued (usually 1 PDU). Only semantic and
 //   adaptive count control PDUs in the control counter: under off/eager/uniform
-//   queued_control() stays 0.
+//   queued_control() stays 0. Only semantic flushes at c2 of them (kControlCapacity):
+//   adaptive's leave at the end of the pass anyway, and an extra send in mid-pass cost more
+//   than the earlier R2T gained (16 KiB R2T writes 0.88-0.93x of eager with it, 1.03-1.05x
+//   without, docs/results.md).
 // * Deadlines. Under uniform, semantic and adaptive, the first PDU of an empty group (of any
 //   class) arms deadline = now + T; under semantic, the first control PDU of the group arms
 //   ctrl_deadline = now + Tc. Neither is re-armed or moved until the group is flushed; the
@@ -20,7 +23,7 @@ namespace sens::coalesce {
 //   adaptive per its rule (see scheduler.h). It also measures the arrival rate, so the
 //   owner calls it at the end of every pass in which the connection enqueued or held PDUs.
 // * on_enqueue order: kUrgent -> kImmediate, policy off -> kImmediate, then kCapacity
-//   (total >= B), kControlCapacity (semantic/adaptive, control >= c2), kByteCap (bytes >= cap),
+//   (total >= B), kControlCapacity (semantic, control >= c2), kByteCap (bytes >= cap),
 //   then an already-expired deadline (same rule as on_timer). The counters are compared with >=, so
 //   an owner that ignored a flush request is asked again on the next PDU. A deadline that is
 //   already due at enqueue (T or Tc of 0, or a late owner timer) flushes at once rather than
@@ -121,8 +124,8 @@ FlushReason Scheduler::on_enqueue(PduClass cls, uint32_t bytes) {
   // Eager holds nothing past the pass, so it needs no timer; adaptive's T bounds a hold.
   const bool timed =
       policy == Policy::kUniform || policy == Policy::kSemantic || policy == Policy::kAdaptive;
-  // Adaptive counts control PDUs like semantic (c2 still flushes early) but has no Tc: its
-  // control PDUs leave at the end of the pass.
+  // Adaptive counts control PDUs like semantic but has neither c2 nor Tc: its control PDUs
+  // leave at the end of the pass.
   const bool classes = policy == Policy::kSemantic || policy == Policy::kAdaptive;
 
   // Uniform and semantic check their deadlines on every PDU (a late timer must not hold a
@@ -147,7 +150,8 @@ FlushReason Scheduler::on_enqueue(PduClass cls, uint32_t bytes) {
 
   if (cls == PduClass::kUrgent || !coalescing) return FlushReason::kImmediate;
   if (pdus_ >= config_.pdus) return FlushReason::kCapacity;
-  if (classes && ctrl_ > 0 && ctrl_ >= config_.ctrl_pdus) return FlushReason::kControlCapacity;
+  if (policy == Policy::kSemantic && ctrl_ > 0 && ctrl_ >= config_.ctrl_pdus)
+    return FlushReason::kControlCapacity;
   if (config_.bytes > 0 && bytes_ >= config_.bytes) return FlushReason::kByteCap;
   return needs_time ? expired(now) : FlushReason::kNone;
 }

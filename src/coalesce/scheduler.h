@@ -31,7 +31,7 @@ enum class FlushReason : uint8_t {
   kNone = 0,         // no flush due
   kImmediate,        // policy off, or an urgent PDU
   kCapacity,         // B PDUs queued
-  kControlCapacity,  // c2 control PDUs queued
+  kControlCapacity,  // c2 control PDUs queued (semantic)
   kTimer,            // T expired
   kControlTimer,     // Tc expired
   kByteCap,          // the byte cap reached

@@ -108,7 +108,7 @@ int run_target(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "eager", "uniform", "semantic", "adaptive"}));
   app.add_option("--pg-pdus", cli.coalesce.pdus, "B: PDUs per group")->default_val(16);
   app.add_option("--pg-timeout-us", pg_timeout_us, "T: group timer, microseconds")->default_val(50);
-  app.add_option("--ctrl-pdus", cli.coalesce.ctrl_pdus, "c2: R2Ts that flush a group")
+  app.add_option("--ctrl-pdus", cli.coalesce.ctrl_pdus, "c2: R2Ts that flush a group (semantic)")
       ->default_val(4);
   app.add_option("--ctrl-timeout-us", ctrl_timeout_us, "Tc: R2T timer, microseconds")
       ->default_val(10);

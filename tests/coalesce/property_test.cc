@@ -28,7 +28,9 @@ class Reference {
     uint64_t bytes_total = 0;
     for (auto& p : q_) bytes_total += p.bytes;
     if (q_.size() >= c_.pdus) return FlushReason::kCapacity;
-    if (control() >= 1 && control() >= c_.ctrl_pdus) return FlushReason::kControlCapacity;
+    // Only semantic flushes at c2 R2Ts; adaptive's leave with the pass.
+    if (c_.policy == Policy::kSemantic && control() >= 1 && control() >= c_.ctrl_pdus)
+      return FlushReason::kControlCapacity;
     if (c_.bytes > 0 && bytes_total >= c_.bytes) return FlushReason::kByteCap;
     return timer(now);
   }
