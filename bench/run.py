@@ -328,6 +328,9 @@ def main():
     ap.add_argument("--backends", default=None, help="comma list: ram,file")
     ap.add_argument("--workloads", default=None, help="comma list of " + ",".join(WORKLOADS))
     ap.add_argument("--policies", default=None, help="comma list of " + ",".join(POLICIES))
+    ap.add_argument("--shapes", default=None,
+                    help="comma list of QUEUESxQD (e.g. 1x1,8x32): only these points of the sweep; "
+                         "docs/results.md is then left alone")
     args = ap.parse_args()
     if args.reps < 1:
         ap.error("--reps must be at least 1")
@@ -358,6 +361,12 @@ def main():
     for w in workloads:
         if w not in WORKLOADS:
             ap.error(f"unknown workload {w!r}: expected one of {', '.join(WORKLOADS)}")
+    wanted_shapes = set()
+    for sh in (args.shapes.split(",") if args.shapes else []):
+        q, _, d = sh.partition("x")
+        if not (q.isdigit() and d.isdigit() and int(q) > 0 and int(d) > 0):
+            ap.error(f"--shapes: {sh!r} is not QUEUESxQD (e.g. 4x32)")
+        wanted_shapes.add((int(q), int(d)))
     wanted = args.policies.split(",") if args.policies else POLICIES
     with tempfile.TemporaryDirectory(prefix="sens-bench-", dir="/var/tmp") as work:
         args.workdir = work
@@ -392,6 +401,8 @@ def main():
                     here = quick_shapes.get(w, [(1, 1), (4, 32)])
                 else:
                     here = qd1 + concurrency + (moderate if "write" in w else [])
+                if wanted_shapes:
+                    here = [sh for sh in here if sh in wanted_shapes]
                 groups += [(b, w, q, d) for (q, d) in here]
         total, done, points = len(groups) * args.reps * len(policies), 0, []
         for b, w, q, d in groups:
@@ -439,7 +450,8 @@ def main():
         json.dump({"meta": meta, "limits": limits, "points": points}, f, indent=1)
     subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "--in",
                     os.path.join(args.out, "results.json"), "--out", args.out, "--sens", args.sens]
-                   + ([] if args.quick else ["--docs", os.path.join(ROOT, "docs", "results.md")]),
+                   + ([] if args.quick or args.shapes else
+                      ["--docs", os.path.join(ROOT, "docs", "results.md")]),
                    check=True)
 
 
