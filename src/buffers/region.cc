@@ -32,9 +32,14 @@ uint64_t free_hugetlb_pages() {
   return 0;
 }
 
-std::unique_ptr<Region> Region::reserve(uint64_t bytes, bool want_huge, std::string* error) {
+std::unique_ptr<Region> Region::reserve(uint64_t bytes, bool want_huge, std::string* error,
+                                        bool explicit_pages) {
+  if (bytes > UINT64_MAX - 2 * kHugePage) {  // the rounding and alignment below would wrap
+    *error = "cannot reserve " + std::to_string(bytes) + " bytes: more than the address space";
+    return nullptr;
+  }
   const uint64_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  if (want_huge && free_hugetlb_pages() >= size / kHugePage) {
+  if (want_huge && explicit_pages && free_hugetlb_pages() >= size / kHugePage) {
     // Explicit pages only when enough are free: a hugetlb mapping without them would take
     // SIGBUS on first touch.
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,

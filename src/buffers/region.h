@@ -23,8 +23,11 @@ class Region {
  public:
   // Reserves `bytes` (rounded up to 2 MiB) of address space, 2 MiB aligned; memory is taken
   // only as it is touched. `want_huge` false gives small pages (the naive layout's baseline).
+  // `explicit_pages` false never uses hugetlb pages, which the mapping takes at once (a RAM
+  // namespace must cost nothing until written): transparent huge pages only.
   // Returns nullptr with `error` set when even the reservation fails.
-  static std::unique_ptr<Region> reserve(uint64_t bytes, bool want_huge, std::string* error);
+  static std::unique_ptr<Region> reserve(uint64_t bytes, bool want_huge, std::string* error,
+                                         bool explicit_pages = true);
   ~Region();
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;

@@ -1,14 +1,15 @@
-// ram: an anonymous private mapping. Untouched pages cost nothing (they read as the shared
-// zero page), so a large namespace is free until written. The mapping is 2 MiB aligned and
-// asks for transparent huge pages: a first write then faults in 2 MiB at a time, not 4 KiB
-// (with 4 KiB pages the first pass over a fresh namespace ran at half speed here, all of it
-// in page faults), and the namespace costs one TLB entry per 2 MiB.
+// ram: an anonymous private mapping (a buffers::Region). Untouched pages cost nothing (they
+// read as the shared zero page), so a large namespace is free until written. The region is
+// 2 MiB aligned with transparent huge pages: a first write then faults in 2 MiB at a time, not
+// 4 KiB (with 4 KiB pages the first pass over a fresh namespace ran at half speed here, all of
+// it in page faults), and the namespace costs one TLB entry per 2 MiB.
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "buffers/region.h"
 #include "common/units.h"
 #include "storage/backends.h"
 #include "storage/stripe_locks.h"
@@ -33,12 +34,12 @@ class RamQueue final : public Queue {
 
 class RamDevice final : public Device {
  public:
-  RamDevice(uint8_t* base, uint64_t size, bool read_only)
-      : base_(base),
+  RamDevice(std::unique_ptr<buffers::Region> region, uint64_t size, bool read_only)
+      : region_(std::move(region)),
+        base_(region_->base()),
         size_(size),
         read_only_(read_only),
         page_size_(uint64_t(sysconf(_SC_PAGESIZE))) {}
-  ~RamDevice() override { munmap(base_, size_); }  // the pages of [base_, base_ + size_)
 
   uint64_t size() const override { return size_; }
   uint32_t block_size() const override { return kBlockSize; }
@@ -113,7 +114,8 @@ class RamDevice final : public Device {
     }
   }
 
-  uint8_t* base_;
+  std::unique_ptr<buffers::Region> region_;
+  uint8_t* base_;  // region_->base()
   uint64_t size_;
   bool read_only_;
   uint64_t page_size_;
@@ -128,29 +130,13 @@ void RamQueue::submit(Request* req) {
 }  // namespace
 
 std::unique_ptr<Device> open_ram(uint64_t size, bool read_only, std::string* error) {
-  constexpr uint64_t kHuge = 2 << 20;
-  const uint64_t span = size > UINT64_MAX - kHuge ? size : size + kHuge;  // room to align
-  void* map = mmap(nullptr, span, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (map == MAP_FAILED) {
-    *error = "ram:" + format_size(size) + ": cannot map " + std::to_string(size) +
-             " bytes: " + std::strerror(errno);
+  std::string why;
+  auto region = buffers::Region::reserve(size, true, &why, /*explicit_pages=*/false);
+  if (!region) {
+    *error = "ram:" + format_size(size) + ": " + why;
     return nullptr;
   }
-  // Keep the 2 MiB aligned part; give back the slack on both sides.
-  auto* raw = static_cast<uint8_t*>(map);
-  uint8_t* base = raw;
-  if (span != size) {
-    base =
-        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~(kHuge - 1));
-    if (base > raw) munmap(raw, uint64_t(base - raw));
-    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
-    const uint64_t keep = (size + page - 1) / page * page;  // munmap takes whole pages
-    const uint64_t tail = span - uint64_t(base - raw) - keep;
-    if (tail > 0) munmap(base + keep, tail);
-  }
-  madvise(base, size, MADV_HUGEPAGE);  // advice only: without THP the namespace still works
-  return std::make_unique<RamDevice>(base, size, read_only);
+  return std::make_unique<RamDevice>(std::move(region), size, read_only);
 }
 
 }  // namespace sens::storage

@@ -133,7 +133,7 @@ TEST(RamDevice, HugePageAlignedAndAdvised) {
   const auto addr = reinterpret_cast<uintptr_t>(base);
   while (std::fgets(line, sizeof(line), f)) {
     unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, ' ')) {
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {  // a mapping line
       in_vma = addr >= lo && addr < hi;
       found |= in_vma;
     } else if (in_vma && std::strncmp(line, "VmFlags:", 8) == 0) {
@@ -143,6 +143,20 @@ TEST(RamDevice, HugePageAlignedAndAdvised) {
   std::fclose(f);
   ASSERT_TRUE(found);
   EXPECT_TRUE(advised) << "no MADV_HUGEPAGE on the namespace's mapping";
+}
+
+// A size the address space cannot hold is refused with the reason, never wrapped around into
+// a small mapping that the namespace's size would then overrun.
+TEST(RamDevice, SizeBeyondTheAddressSpaceIsRefused) {
+  const std::string err = open_error("ram:18446744073709551104");  // 2^64 - 512
+  EXPECT_NE(err.find("ram:"), std::string::npos) << err;
+  EXPECT_NE(err.find("cannot reserve 18446744073709551104 bytes: more than the address space"),
+            std::string::npos)
+      << err;
+  // Large but representable, past even 57-bit (5-level paging) addresses: the kernel refuses
+  // the reservation, and the error says so.
+  const std::string big = open_error("ram:16000000T");
+  EXPECT_NE(big.find("cannot reserve"), std::string::npos) << big;
 }
 
 TEST(RamDevice, WriteReadRoundtripWithPatterns) {
