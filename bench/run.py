@@ -247,8 +247,8 @@ def run_point(args, backend, policy, wl, queues, qd):
     perf_core = "1" if os.cpu_count() >= 2 else "0"
     t = Target(args.sens, backend, policy, inline, args.workdir, cores)
     out = os.path.join(args.workdir, "perf.json")
-    cmd = ["taskset", "-c", perf_core, args.sens, "perf", "-r",
-           f"trtype:tcp traddr:127.0.0.1 trsvcid:{t.port} subnqn:{NQN}", "--rw", rw,
+    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{t.port} subnqn:{NQN}"
+    cmd = ["taskset", "-c", perf_core, args.sens, "perf", "-r", trid, "--rw", rw,
            "--bs", bs, "--qd", str(qd), "--queues", str(queues), "--time", str(args.time),
            "--coalesce", policy, "--json", out, "--size", "256M", "-q"]
     if mix is not None:
@@ -257,8 +257,7 @@ def run_point(args, backend, policy, wl, queues, qd):
     # target's CPU counted below is the measured run's: first writes to a fresh RAM namespace
     # fault its pages in (half the speed here), and reads of never-written memory would all
     # hit the one shared zero page, always in cache.
-    prefill = ["taskset", "-c", perf_core, args.sens, "perf", "-r",
-               f"trtype:tcp traddr:127.0.0.1 trsvcid:{t.port} subnqn:{NQN}", "--rw", "write",
+    prefill = ["taskset", "-c", perf_core, args.sens, "perf", "-r", trid, "--rw", "write",
                "--bs", "128k", "--qd", "8", "--size", "256M", "--prefill", "--time", "0.01", "-q"]
     try:
         subprocess.run(prefill, capture_output=True, text=True, timeout=120, check=True)

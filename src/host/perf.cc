@@ -761,7 +761,7 @@ void Worker::run() {
   setup_error_ = setup();
   e_.steps_.arrive();
   if (!setup_error_.empty()) return;
-  // Step 0: prefill (when verifying reads); 1: main; 2: read-back; 3: done.
+  // Step 0: prefill (prefills()); 1: main; 2: read-back; 3: done.
   e_.steps_.wait_open(0);
   if (prefills(e_.o_)) {
     start_phase(Phase::kPrefill);
