@@ -187,6 +187,24 @@ static void sens_cleanup(struct thread_data* td) {
   td->io_ops_data = NULL;
 }
 
+/* Just before the pass that sends them: what fio expects of an engine with a commit hook (the
+ * submission latency sample, the submit histogram), with one clock read for the whole batch
+ * as fio's io_uring and libaio engines take it (FIO_ASYNCIO_SETS_ISSUE_TIME). */
+static void mark_sent(struct thread_data* td, struct sens_data* d) {
+  unsigned int i;
+  if (!d->nunsent) return;
+  if (fio_fill_issue_time(td)) {
+    struct timespec now;
+    fio_gettime(&now, NULL);
+    for (i = 0; i < d->nunsent; ++i) {
+      d->unsent[i]->issue_time = now;
+      io_u_queued(td, d->unsent[i]);
+    }
+  }
+  io_u_mark_submit(td, d->nunsent);
+  d->nunsent = 0;
+}
+
 static enum fio_q_status sens_queue(struct thread_data* td, struct io_u* io_u) {
   struct sens_data* d = td->io_ops_data;
   int op, rc;
@@ -215,7 +233,10 @@ static enum fio_q_status sens_queue(struct thread_data* td, struct io_u* io_u) {
     io_u->error = -rc;
     return FIO_Q_COMPLETED;
   }
-  if (d->nunsent < td->o.iodepth) d->unsent[d->nunsent++] = io_u; /* fio keeps <= iodepth */
+  /* fio keeps at most iodepth io_us queued; should it ever queue more before a pass, the
+   * batch so far is stamped now rather than an io_u left without its slat sample. */
+  if (d->nunsent == td->o.iodepth) mark_sent(td, d);
+  d->unsent[d->nunsent++] = io_u;
   return FIO_Q_QUEUED;
 }
 
@@ -224,24 +245,6 @@ static int sens_commit(struct thread_data* td) {
    * pass per commit would cost a poll syscall per I/O, fio committing one io_u at a time). */
   (void)td;
   return 0;
-}
-
-/* Just before the pass that sends them: what fio expects of an engine with a commit hook (the
- * submission latency sample, the submit histogram), with one clock read for the whole batch
- * as fio's io_uring and libaio engines take it (FIO_ASYNCIO_SETS_ISSUE_TIME). */
-static void mark_sent(struct thread_data* td, struct sens_data* d) {
-  unsigned int i;
-  if (!d->nunsent) return;
-  if (fio_fill_issue_time(td)) {
-    struct timespec now;
-    fio_gettime(&now, NULL);
-    for (i = 0; i < d->nunsent; ++i) {
-      d->unsent[i]->issue_time = now;
-      io_u_queued(td, d->unsent[i]);
-    }
-  }
-  io_u_mark_submit(td, d->nunsent);
-  d->nunsent = 0;
 }
 
 static int sens_getevents(struct thread_data* td, unsigned int min, unsigned int max,

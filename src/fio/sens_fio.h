@@ -36,8 +36,9 @@ int sens_fio_submit(sens_fio_queue* q, int op, uint64_t offset, uint64_t len, vo
 void sens_fio_poll(sens_fio_queue* q, int64_t timeout_ns);
 /* Takes up to max completed commands: their cookies and errno-style errors (0: success). */
 unsigned sens_fio_reap(sens_fio_queue* q, void** cookies, int* errors, unsigned max);
-/* One line of the queue's counters since it opened: I/Os completed, and per I/O the send, recv
- * and epoll calls (by outcome) of its thread, and PDUs per flush (a job's own connection). */
+/* One line of the queue's counters since it opened: I/Os completed, per I/O the epoll calls (by
+ * outcome) of its thread, and its connection's counters: per I/O for a connection of its own
+ * (share none), totals of every job on it for a shared one (read on the owner thread). */
 void sens_fio_stats(sens_fio_queue* q, char* out, size_t len);
 
 #ifdef __cplusplus

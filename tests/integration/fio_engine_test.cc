@@ -79,8 +79,36 @@ TEST(FioEngine, RecordsSubmissionLatencyAndPrintsTransportCounters) {
   ASSERT_NE(n, std::string::npos) << r.out;
   EXPECT_GT(std::stoll(r.out.substr(n + 6)), 0) << r.out.substr(slat, 200);
   EXPECT_NE(all.find("fio: sens: sens: "), std::string::npos) << all;
-  EXPECT_NE(all.find(" I/Os; per I/O: send "), std::string::npos) << all;
-  EXPECT_NE(all.find("PDUs per flush"), std::string::npos) << all;
+  EXPECT_NE(all.find(" I/Os; per I/O: epoll "), std::string::npos) << all;
+  EXPECT_NE(all.find(" recv "), std::string::npos) << all;
+  EXPECT_NE(all.find("PDUs per flush (its own connection)"), std::string::npos) << all;
+}
+
+TEST(FioEngine, SharedConnectionCountersComeFromItsOwner) {
+  // In lock and sendlist modes the sends are the owner thread's: sens_stats reports the
+  // connection's totals (not zeros, as a job's own counters would read).
+  if (!have_engine()) GTEST_SKIP() << "libsens_fio.so not built";
+  host::testing::TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  for (const char* share : {"sendlist", "lock"}) {
+    RunResult r = run_command(
+        {"/usr/bin/fio", "--name=sens", "--ioengine=external:" + std::string(SENS_FIO_ENGINE),
+         "--sens_trid=" + t.trid(), "--thread", "--numjobs=2", "--sens_share=" + std::string(share),
+         "--sens_connections=1", "--rw=randread", "--bs=4k", "--size=4M", "--iodepth=8",
+         "--number_ios=1000", "--sens_stats=1"},
+        120000);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    const std::string all = r.out + r.err;
+    const std::string tag = std::string("shared connection 0 (") + share + ", every job on it): ";
+    const size_t at = all.find(tag);
+    ASSERT_NE(at, std::string::npos) << all;
+    // Two jobs of 1000 reads each, 16 commands in flight: at least one send per 16 commands;
+    // lock sends each command on its own, a partial send may take two calls.
+    const long long sends = std::stoll(all.substr(at + tag.size()));
+    EXPECT_GE(sends, 2000 / 16) << all.substr(at, 200);
+    EXPECT_LT(sends, 2 * 2000 + 16) << all.substr(at, 200);
+    EXPECT_NE(all.find(" recvs, ", at), std::string::npos) << all.substr(at, 200);
+  }
 }
 
 TEST(FioEngine, BadTransportIdIsNamed) {
