@@ -403,6 +403,9 @@ void run_client(const Options& o, std::vector<Connection>& conns, Shared& shared
     if (!measuring && now >= measure_from) {
       measuring = true;
       measure_start = now;
+      // The window runs from when measuring really began: a client thread starved past
+      // measure_from + time (a loaded machine) would otherwise measure nothing at all.
+      deadline = now + Nanos(o.time_s * double(sens::kSecond));
       at_start = side.snapshot();
       shared.measuring.store(true, std::memory_order_relaxed);
     }
