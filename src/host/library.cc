@@ -149,6 +149,10 @@ OwnerThread::~OwnerThread() {
   thread_.call([this] { reactor().set_sleep_guard(nullptr); });
 }
 
+void OwnerThread::remove(SharedConnection* c) {
+  conns_.erase(std::remove(conns_.begin(), conns_.end(), c), conns_.end());
+}
+
 bool OwnerThread::before_sleep() {
   sleeping_.store(true, std::memory_order_relaxed);
   // A submitter pushes, then fences and reads sleeping_; we store, fence, then look: one of
@@ -166,7 +170,7 @@ bool OwnerThread::before_sleep() {
 // ---- SharedConnection ----
 
 SharedConnection::SharedConnection(ControllerImpl& ctrl, int index, ShareMode mode, uint16_t qid,
-                                   uint32_t depth)
+                                   uint32_t depth, std::shared_ptr<OwnerThread> owner)
     : ctrl_(ctrl),
       index_(index),
       mode_(mode),
@@ -176,7 +180,7 @@ SharedConnection::SharedConnection(ControllerImpl& ctrl, int index, ShareMode mo
       link_of_(depth, nullptr),
       reserved_(depth, false) {
   held_.reserve(depth);
-  owner_ = std::make_unique<OwnerThread>(ctrl.poll_mode(), ctrl.poll_max_spin());
+  owner_ = std::move(owner);
   owner_->thread().call([this] {
     owner_->add(this);
     Reactor& r = owner_->reactor();
@@ -192,10 +196,11 @@ SharedConnection::~SharedConnection() {
     Reactor& r = owner_->reactor();
     r.remove_pass_hook(this);
     r.cancel_pass_end(*this);
-    r.set_pass_mutex(nullptr);
+    if (mode_ == ShareMode::kLock) r.set_pass_mutex(nullptr);
+    owner_->remove(this);
     queue_.reset();
   });
-  owner_.reset();
+  owner_.reset();  // the last connection of a shared owner joins its thread
 }
 
 std::string SharedConnection::open() {
@@ -959,13 +964,20 @@ std::string ControllerImpl::bring_up() {
         return "connection depth " + std::to_string(o_.connection_depth) + " needs " +
                std::to_string(o_.connection_depth + 1) + " entries, the controller allows " +
                std::to_string(mqes_) + " (CAP.MQES)";
+      std::vector<std::shared_ptr<OwnerThread>> owners;
+      const size_t owner_limit = size_t(Reactor::usable_cpus());
       for (uint32_t i = 0; i < o_.connections; ++i) {
         const int qid = take_qid();
         if (qid < 0)
           return "controller grants " + std::to_string(granted) + " I/O queues, " +
                  std::to_string(o_.connections) + " connections asked for";
-        auto sc = std::make_unique<SharedConnection>(*this, int(i), o_.share, uint16_t(qid),
-                                                     o_.connection_depth);
+        // sendlist: one owner thread per usable CPU at most, connections dealt round-robin
+        // (two owners on one CPU take turns at it: 8 threads over 2 connections on one core ran
+        // at 0.90x of one connection with two owners). lock: an owner per connection.
+        if (o_.share == ShareMode::kLock || owners.size() < owner_limit)
+          owners.push_back(std::make_shared<OwnerThread>(poll_mode(), poll_max_spin()));
+        auto sc = std::make_unique<SharedConnection>(
+            *this, int(i), o_.share, uint16_t(qid), o_.connection_depth, owners[i % owners.size()]);
         std::string err;
         SharedConnection* p = sc.get();
         sc->owner().thread().call([&] { err = p->open(); });

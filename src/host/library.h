@@ -101,7 +101,8 @@ class OwnerThread final : public SleepGuard {
   ~OwnerThread() override;
   ReactorThread& thread() { return thread_; }
   Reactor& reactor() { return thread_.reactor(); }
-  void add(SharedConnection* c) { conns_.push_back(c); }
+  void add(SharedConnection* c) { conns_.push_back(c); }  // owner thread
+  void remove(SharedConnection* c);                       // owner thread
   // A submitter queued work: wake the owner if it sleeps (the only syscall a submitter makes).
   void doorbell() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -129,7 +130,10 @@ class ControllerImpl;
 // the connection of one queue whose callbacks run on the owner thread.
 class SharedConnection final : public PassHook, public PassEndHandler {
  public:
-  SharedConnection(ControllerImpl& ctrl, int index, ShareMode mode, uint16_t qid, uint32_t depth);
+  // `owner`: the thread that drives it, which kSendList connections may share (kLock needs one
+  // of its own: a pass holds that connection's mutex).
+  SharedConnection(ControllerImpl& ctrl, int index, ShareMode mode, uint16_t qid, uint32_t depth,
+                   std::shared_ptr<OwnerThread> owner);
   ~SharedConnection() override;
 
   // On the owner thread: connect (ICReq, Fabrics Connect). "" or the error.
@@ -186,7 +190,7 @@ class SharedConnection final : public PassHook, public PassEndHandler {
   ShareMode mode_;
   uint16_t qid_;
   uint32_t depth_;
-  std::unique_ptr<OwnerThread> owner_;
+  std::shared_ptr<OwnerThread> owner_;
   std::unique_ptr<Queue> queue_;
   std::vector<Request> requests_;        // by cid
   std::vector<SubmitterLink*> link_of_;  // by cid

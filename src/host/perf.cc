@@ -408,6 +408,7 @@ class Engine {
   DrainStats drain_;
   std::vector<DrainStats> drain_per_conn_;
   uint64_t owner_wakeups_start_ = 0, owner_wakeups_ = 0;
+  std::vector<const OwnerThread*> owners_;  // the shared connections' owner threads
   bool measured_ = false;
 };
 
@@ -894,12 +895,16 @@ void Engine::check_controller() {
 Syscalls Engine::shared_syscalls() {
   Syscalls s;
   uint64_t wake = 0;
+  std::vector<const OwnerThread*>& counted = owners_;  // an owner may drive several connections
+  counted.clear();
   for (auto& sc : ctrl_->impl().shared()) {
+    const bool first = std::find(counted.begin(), counted.end(), &sc->owner()) == counted.end();
+    if (first) counted.push_back(&sc->owner());
     sc->owner().thread().call([&] {
       if (sc->queue()) s.add(queue_syscalls(*sc->queue()));
-      s.add(reactor_syscalls(sc->owner().reactor()));
+      if (first) s.add(reactor_syscalls(sc->owner().reactor()));
     });
-    wake += sc->owner().doorbell_wakeups();
+    if (first) wake += sc->owner().doorbell_wakeups();
   }
   owner_wakeups_ = wake;
   return s;
@@ -1176,6 +1181,7 @@ void Engine::report() {
              {"entries", drain_.entries},
              {"per_pass", drain_.per_pass.summary(1.0)},
              {"owner_wakeups", owner_wakeups_},
+             {"owners", owners_.size()},
              {"connections", per}};
   }
   if (secs > 0) {
@@ -1190,10 +1196,11 @@ void Engine::report() {
     if (o_.share == ShareMode::kSendList)
       std::fprintf(out_,
                    "send-lists: %llu entries in %llu owner passes, %.2f per pass (p99 %llu, max "
-                   "%llu); %llu owner wake-ups by submitters\n",
+                   "%llu); %zu owner thread(s), %llu owner wake-ups by submitters\n",
                    (unsigned long long)drain_.entries, (unsigned long long)drain_.passes,
                    drain_.per_pass.mean(), (unsigned long long)drain_.per_pass.percentile(99),
-                   (unsigned long long)drain_.per_pass.max(), (unsigned long long)owner_wakeups_);
+                   (unsigned long long)drain_.per_pass.max(), owners_.size(),
+                   (unsigned long long)owner_wakeups_);
     std::fprintf(out_,
                  "cpu: usr %.2f s (%.1f%%) sys %.2f s (%.1f%%); ctx switches: voluntary %ld "
                  "involuntary %ld\n",

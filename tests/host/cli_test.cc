@@ -3,6 +3,7 @@
 // size and maxh2cdata, digests, coalescing policies, the JSON report, a target killed mid-run,
 // and bad command lines.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <nlohmann/json.hpp>
@@ -151,6 +152,10 @@ TEST_P(PerfShare, SixtyFourThreadsOverTwoConnectionsVerify) {
     EXPECT_GT(j["drain"]["entries"].get<uint64_t>(), 0u) << j["drain"].dump();
     EXPECT_GE(j["drain"]["per_pass"]["mean"].get<double>(), 1.0);
     EXPECT_EQ(j["drain"]["connections"].size(), 2u);
+    // An owner thread per connection, but no more than the CPUs the process may use.
+    cpu_set_t cpus;
+    ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+    EXPECT_EQ(j["drain"]["owners"], std::min(2, CPU_COUNT(&cpus))) << j["drain"].dump();
     EXPECT_NE(r.output.find("send-lists: "), std::string::npos) << r.output;
   } else {
     // Each submitter sends its own command under the lock: one send per command.
@@ -159,6 +164,46 @@ TEST_P(PerfShare, SixtyFourThreadsOverTwoConnectionsVerify) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PerfShare, ::testing::Values("lock", "sendlist"));
+
+// On one CPU (sens perf pinned to it), three sendlist connections share one owner thread, which
+// drains every connection's send-lists in its passes; every read of a written block verified.
+// lock keeps an owner per connection (a pass holds the connection's mutex).
+TEST(PerfShareOwners, SendListConnectionsShareOneOwnerOnOneCpu) {
+  TargetProcess t;
+  ASSERT_TRUE(t.ready()) << t.log();
+  cpu_set_t all, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  for (const std::string mode : {"sendlist", "lock"}) {
+    const std::string json = temp_dir() + "/perf-owners-" + mode + ".json";
+    // The child inherits the calling thread's affinity.
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    auto r = run_sens(perf(t, {"--rw", "randrw", "--bs", "4k", "--qd", "8", "--threads", "12",
+                               "--connections", "3", "--share", mode, "--verify", "--json", json}),
+                      120);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("errors: 0"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(", 0 failed"), std::string::npos) << r.output;
+    EXPECT_GT(verified(r.output), 0) << r.output;
+    auto j = nlohmann::json::parse(read_file(json));
+    EXPECT_EQ(j["verify"]["failures"], 0);
+    if (mode == "sendlist") {
+      EXPECT_EQ(j["drain"]["owners"], 1) << j["drain"].dump();
+      ASSERT_EQ(j["drain"]["connections"].size(), 3u);
+      for (auto& c : j["drain"]["connections"])  // the one owner drained all three
+        EXPECT_GT(c["entries"].get<uint64_t>(), 0u) << j["drain"].dump();
+      EXPECT_NE(r.output.find("1 owner thread(s)"), std::string::npos) << r.output;
+    } else {
+      EXPECT_EQ(j["drain"]["owners"], 3) << j["drain"].dump();
+    }
+  }
+}
 
 // --prefill writes the whole region before any mode (here a write mode, which --verify alone
 // would not prefill), says so, and the JSON report records it.
