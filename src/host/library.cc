@@ -204,19 +204,12 @@ SharedConnection::~SharedConnection() {
 }
 
 std::string SharedConnection::open() {
-  const bool lock = mode_ == ShareMode::kLock;
-  QueueOptions qo = ctrl_.io_queue_options(qid_, depth_, lock);
-  Reactor& r = owner_->reactor();
   // Under kLock submitters touch the queue only under the mutex, which every pass holds:
   // connecting drives passes too.
-  auto q = std::make_unique<Queue>(r, qo);
-  sockaddr_storage ss;
-  socklen_t len;
-  if (!trid_sockaddr(ctrl_.trid(), &ss, &len)) return "bad address " + ctrl_.trid().traddr;
-  const Nanos deadline = r.now() + ctrl_.admin_controller().connect_timeout();
-  if (std::string e = q->open(reinterpret_cast<sockaddr*>(&ss), len, deadline); !e.empty())
-    return "I/O queue " + std::to_string(qid_) + ": " + e;
-  if (std::string e = ctrl_.connect_io(*q, qid_, uint16_t(depth_)); !e.empty()) return e;
+  std::unique_ptr<Queue> q;
+  if (std::string e = ctrl_.open_io(owner_->reactor(), qid_, depth_, mode_ == ShareMode::kLock, &q);
+      !e.empty())
+    return e;
   q->set_on_failure(&SharedConnection::on_queue_failure, this);
   std::lock_guard<std::mutex> g(lock_);
   queue_ = std::move(q);
@@ -577,16 +570,9 @@ std::string IoQueueImpl::attach_inline(uint16_t qid) {
   qid_ = qid;
   own_requests_.resize(depth_);
   requests_ = own_requests_.data();
-  QueueOptions qo = ctrl_.io_queue_options(qid, depth_, false);
-  Reactor& r = poller_->reactor();
-  auto q = std::make_unique<Queue>(r, qo);
-  sockaddr_storage ss;
-  socklen_t len;
-  if (!trid_sockaddr(ctrl_.trid(), &ss, &len)) return "bad address " + ctrl_.trid().traddr;
-  const Nanos deadline = r.now() + ctrl_.admin_controller().connect_timeout();
-  if (std::string e = q->open(reinterpret_cast<sockaddr*>(&ss), len, deadline); !e.empty())
-    return "I/O queue " + std::to_string(qid) + ": " + e;
-  if (std::string e = ctrl_.connect_io(*q, qid, uint16_t(depth_)); !e.empty()) return e;
+  std::unique_ptr<Queue> q;
+  if (std::string e = ctrl_.open_io(poller_->reactor(), qid, depth_, false, &q); !e.empty())
+    return e;
   epoch_ = tried_ = ctrl_.epoch();
   q->set_on_failure(&IoQueueImpl::on_inline_failure, this);
   inline_ = std::move(q);
@@ -644,18 +630,9 @@ void IoQueueImpl::recover() {
 
 void IoQueueImpl::reconnect_inline(uint64_t ep) {
   if (inline_->is_open()) inline_->close("reconnecting");  // the old association's
-  QueueOptions qo = ctrl_.io_queue_options(qid_, depth_, false);
-  Reactor& r = poller_->reactor();
-  auto q = std::make_unique<Queue>(r, qo);
-  sockaddr_storage ss;
-  socklen_t len;
-  std::string err;
-  if (!trid_sockaddr(ctrl_.trid(), &ss, &len)) err = "bad address " + ctrl_.trid().traddr;
-  const Nanos deadline = r.now() + ctrl_.admin_controller().connect_timeout();
-  if (err.empty()) err = q->open(reinterpret_cast<sockaddr*>(&ss), len, deadline);
-  if (err.empty()) err = ctrl_.connect_io(*q, qid_, uint16_t(depth_));
-  if (!err.empty()) {
-    ctrl_.connection_lost(ep, "I/O queue " + std::to_string(qid_) + " reconnect: " + err);
+  std::unique_ptr<Queue> q;
+  if (std::string err = ctrl_.open_io(poller_->reactor(), qid_, depth_, false, &q); !err.empty()) {
+    ctrl_.connection_lost(ep, "reconnect: " + err);
     return;
   }
   q->set_on_failure(&IoQueueImpl::on_inline_failure, this);
@@ -899,10 +876,18 @@ QueueOptions ControllerImpl::io_queue_options(uint16_t qid, uint32_t depth, bool
   return qo;
 }
 
-std::string ControllerImpl::connect_io(Queue& q, uint16_t qid, uint16_t sqsize) {
-  // Connect (and DH-HMAC-CHAP when the controller asks for it) on the queue's own reactor.
-  if (std::string e = ctrl_->connect_queue(q, qid, sqsize); !e.empty()) return e;
-  q.set_incapsule_limit(incapsule_);
+std::string ControllerImpl::open_io(Reactor& r, uint16_t qid, uint32_t depth, bool shared_lock,
+                                    std::unique_ptr<Queue>* out) {
+  auto q = std::make_unique<Queue>(r, io_queue_options(qid, depth, shared_lock));
+  sockaddr_storage ss;
+  socklen_t len;
+  if (!trid_sockaddr(trid(), &ss, &len)) return "bad address " + trid().traddr;
+  const Nanos deadline = r.now() + admin_controller().connect_timeout();
+  if (std::string e = q->open(reinterpret_cast<sockaddr*>(&ss), len, deadline); !e.empty())
+    return "I/O queue " + std::to_string(qid) + ": " + e;
+  if (std::string e = ctrl_->connect_queue(*q, qid, uint16_t(depth)); !e.empty()) return e;
+  q->set_incapsule_limit(incapsule_);
+  *out = std::move(q);
   return "";
 }
 

@@ -331,8 +331,10 @@ class ControllerImpl {
   void add_poller(PollerImpl* p);
   void remove_poller(PollerImpl* p);
 
-  // Connects `q` (opened on its reactor's thread, which drives it here) as I/O queue `qid`.
-  std::string connect_io(Queue& q, uint16_t qid, uint16_t sqsize);
+  // Makes I/O queue `qid` on `reactor` (called on its thread, which drives it here): the TCP
+  // connection, ICReq/ICResp, Fabrics Connect and DH-HMAC-CHAP when asked; `*out` on success.
+  std::string open_io(Reactor& reactor, uint16_t qid, uint32_t depth, bool shared_lock,
+                      std::unique_ptr<Queue>* out);
   QueueOptions io_queue_options(uint16_t qid, uint32_t depth, bool shared_lock) const;
   int take_qid();  // -1 when none is left
   void give_qid(uint16_t qid);

@@ -322,15 +322,7 @@ class FileQueue final : public Queue {
 
   // Completes the request; its operation goes to the first waiting request, if any.
   int finish(Operation* op, int result) {
-    Request* req = op->req;
-    if (Request* next = slots_.release(op)) {
-      start(op, next);
-    } else {
-      op->req = nullptr;
-    }
-    req->result = result;
-    if (req->on_complete) req->on_complete(req);
-    return 1;
+    return slots_.finish(op, result, [this](Operation* o, Request* next) { start(o, next); });
   }
 
   FileDevice& device_;

@@ -11,7 +11,8 @@
 
 namespace sens::storage {
 
-// Operation needs `Operation* next` (the free-list link; free to reuse while in flight).
+// Operation needs `Operation* next` (the free-list link; free to reuse while in flight) and
+// `Request* req` (the request it carries).
 template <typename Operation>
 class OperationSlots {
  public:
@@ -56,6 +57,22 @@ class OperationSlots {
     if (waiting_head_ == nullptr) waiting_tail_ = nullptr;
     next->next = nullptr;
     return next;
+  }
+
+  // Completes the request `op` carried with `result`. `op` first goes to the oldest waiting
+  // request, through `start(op, request)`, so that the completion callback, which may submit
+  // more, finds the queue in order. Returns 1 (one completion, for the reap loops).
+  template <typename Start>
+  int finish(Operation* op, int result, Start&& start) {
+    Request* req = op->req;
+    if (Request* next = release(op)) {
+      start(op, next);
+    } else {
+      op->req = nullptr;
+    }
+    req->result = result;
+    if (req->on_complete) req->on_complete(req);
+    return 1;
   }
 
   std::vector<Operation>& operations() { return ops_; }

@@ -3,6 +3,7 @@
 // (CLI11's own codes would leak through otherwise).
 #include <CLI/CLI.hpp>
 #include <optional>
+#include <string>
 
 namespace sens::tools {
 
@@ -15,6 +16,19 @@ inline std::optional<int> parse_cli(CLI::App& app, int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   return std::nullopt;
+}
+
+// The host's authentication options, named as nvme-cli names them (discover, identify,
+// perf): the DH-HMAC-CHAP secrets and the TLS PSK file.
+inline void add_host_security_options(CLI::App& app, std::string& dhchap_secret,
+                                      std::string& dhchap_ctrl_secret, std::string& tls_psk_file) {
+  app.add_option("--dhchap-secret", dhchap_secret,
+                 "DH-HMAC-CHAP host secret (DHHC-1:xx:...:), used when the controller asks");
+  app.add_option("--dhchap-ctrl-secret", dhchap_ctrl_secret,
+                 "the controller's DH-HMAC-CHAP secret: authenticate the controller too");
+  app.add_option("--tls", tls_psk_file,
+                 "TLS 1.3 with the first PSK of this file (NVMeTLSkey-1:..., nvme gen-tls-key)")
+      ->type_name("PSKFILE");
 }
 
 }  // namespace sens::tools

@@ -22,13 +22,8 @@ int discover_main(int argc, char** argv) {
   app.add_option("-q,--hostnqn", hostnqn, "host NQN (default: a generated uuid NQN)");
   app.add_flag("--hdr-digest", hdr_digest, "header digests");
   app.add_option("--timeout", timeout_ms, "connect and command timeout, ms")->capture_default_str();
-  std::string secret, ctrl_secret;
-  app.add_option("--dhchap-secret", secret, "DH-HMAC-CHAP host secret (DHHC-1:xx:...:)");
-  app.add_option("--dhchap-ctrl-secret", ctrl_secret,
-                 "the controller's DH-HMAC-CHAP secret: authenticate the controller too");
-  std::string tls_file;
-  app.add_option("--tls", tls_file, "TLS 1.3 with the first PSK of this file (NVMeTLSkey-1:...)")
-      ->type_name("PSKFILE");
+  std::string secret, ctrl_secret, tls_file;
+  sens::tools::add_host_security_options(app, secret, ctrl_secret, tls_file);
   if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   std::string err;
   std::string text = "traddr:" + addr + " trsvcid:" + std::to_string(port);

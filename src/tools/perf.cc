@@ -99,13 +99,8 @@ int perf_main(int argc, char** argv) {
                  "seconds I/O waits for a lost controller to reconnect before it fails with a "
                  "path error (0: a lost connection is an error at once)")
       ->capture_default_str();
-  app.add_option("--dhchap-secret", o.dhchap_secret,
-                 "DH-HMAC-CHAP host secret (DHHC-1:xx:...:), used when the controller asks");
-  app.add_option("--dhchap-ctrl-secret", o.dhchap_ctrl_secret,
-                 "the controller's DH-HMAC-CHAP secret: authenticate the controller too");
-  app.add_option("--tls", o.tls_psk_file,
-                 "TLS 1.3 with the first PSK of this file (NVMeTLSkey-1:..., nvme gen-tls-key)")
-      ->type_name("PSKFILE");
+  sens::tools::add_host_security_options(app, o.dhchap_secret, o.dhchap_ctrl_secret,
+                                         o.tls_psk_file);
   app.add_flag("-q,--quiet", quiet, "no progress line every second");
   if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   o.progress = !quiet;

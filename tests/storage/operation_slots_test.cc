@@ -5,13 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+#include <vector>
 
 namespace sens::storage {
 namespace {
 
 struct Op {
   Op* next = nullptr;
-  int id = 0;
+  Request* req = nullptr;
 };
 
 TEST(OperationSlots, WaitersTakeFinishedOperationsInArrivalOrder) {
@@ -52,6 +54,45 @@ TEST(OperationSlots, AtLeastOneOperation) {
   EXPECT_EQ(slots.admit(&r[1]), nullptr);
   EXPECT_EQ(slots.release(op), &r[1]);
   EXPECT_EQ(slots.release(op), nullptr);
+}
+
+// finish() completes the request and hands the operation to the oldest waiter before the
+// callback runs, so a callback that submits again queues behind the waiters already there.
+TEST(OperationSlots, FinishStartsTheOldestWaiterBeforeTheCallback) {
+  OperationSlots<Op> slots(1);
+  std::vector<std::string> events;
+  Request r[3];
+  auto start = [&](Op* op, Request* req) {
+    op->req = req;
+    events.push_back("start " + std::to_string(req - r));
+  };
+  struct Log {
+    std::vector<std::string>* events;
+    Request* base;
+  } log{&events, r};
+  for (Request& req : r) {
+    req.user = &log;
+    req.on_complete = [](Request* done) {
+      auto* l = static_cast<Log*>(done->user);
+      l->events->push_back("done " + std::to_string(done - l->base) + " result " +
+                           std::to_string(done->result));
+    };
+  }
+  Op* op = slots.admit(&r[0]);
+  ASSERT_NE(op, nullptr);
+  start(op, &r[0]);
+  EXPECT_EQ(slots.admit(&r[1]), nullptr);
+  EXPECT_EQ(slots.admit(&r[2]), nullptr);
+
+  EXPECT_EQ(slots.finish(op, 7, start), 1);
+  EXPECT_EQ(op->req, &r[1]);
+  EXPECT_EQ(slots.finish(op, -5, start), 1);
+  EXPECT_EQ(slots.finish(op, 0, start), 1);
+  EXPECT_EQ(op->req, nullptr) << "no waiter left: the operation is free";
+  EXPECT_EQ(events, (std::vector<std::string>{"start 0", "start 1", "done 0 result 7", "start 2",
+                                              "done 1 result -5", "done 2 result 0"}));
+  EXPECT_EQ(slots.requests(), 0u);
+  EXPECT_NE(slots.admit(&r[0]), nullptr);
 }
 
 }  // namespace
