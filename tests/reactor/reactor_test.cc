@@ -46,16 +46,23 @@ TEST(Reactor, RearmMovesAndCancelStops) {
 }
 
 // The coalescing timers are 5-50 us: the loop must wake for them, not at 1 ms granularity.
+// One wait can be stretched by a preemption on a loaded machine (the suite runs two tests
+// at once on two cores), so the fastest of several waits is checked: a loop that rounds to
+// milliseconds never gets under the bound, however quiet the machine.
 TEST(Reactor, MicrosecondTimerIsNotRoundedToMilliseconds) {
   Reactor r;
-  Nanos fired_at = 0;
-  Timer t([&] { fired_at = r.now(); });
-  Nanos start = r.now();
-  r.arm(t, start + 20 * kMicro);
-  while (!fired_at && r.now() < start + 100 * kMilli) r.run_once(100 * kMilli);
-  ASSERT_GT(fired_at, 0);
-  EXPECT_GE(fired_at - start, 20 * kMicro);
-  EXPECT_LT(fired_at - start, 900 * kMicro);  // well under a millisecond tick
+  Nanos fastest = 0;
+  for (int attempt = 0; attempt < 20 && (fastest == 0 || fastest >= 900 * kMicro); ++attempt) {
+    Nanos fired_at = 0;
+    Timer t([&] { fired_at = r.now(); });
+    Nanos start = r.now();
+    r.arm(t, start + 20 * kMicro);
+    while (!fired_at && r.now() < start + 100 * kMilli) r.run_once(100 * kMilli);
+    ASSERT_GT(fired_at, 0);
+    EXPECT_GE(fired_at - start, 20 * kMicro);
+    if (fastest == 0 || fired_at - start < fastest) fastest = fired_at - start;
+  }
+  EXPECT_LT(fastest, 900 * kMicro);  // well under a millisecond tick
 }
 
 // run_once(-1) waits without a limit of its own, but still wakes for the next timer.
