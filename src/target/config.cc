@@ -191,6 +191,31 @@ static bool parse_id_list(const std::string& text, std::vector<uint8_t>* out, Pa
   return true;
 }
 
+bool parse_cntlid_range(const std::string& text, uint16_t* min, uint16_t* max, std::string* error) {
+  // Digits only: "1-x", " 5-9" and "-3" are errors, not a range that strtoul half-read.
+  auto number = [](const std::string& s, uint16_t* out) {
+    if (s.empty() || s.size() > 5 || !std::all_of(s.begin(), s.end(), ::isdigit)) return false;
+    unsigned long n = std::stoul(s);
+    if (n < 1 || n > 0xFFEF) return false;
+    *out = uint16_t(n);
+    return true;
+  };
+  size_t dash = text.find('-');
+  uint16_t lo = 0, hi = 0;
+  if (dash == std::string::npos || !number(text.substr(0, dash), &lo) ||
+      !number(text.substr(dash + 1), &hi)) {
+    *error = "'" + text + "' is not MIN-MAX with both in 1..65519 (e.g. 1-32767)";
+    return false;
+  }
+  if (lo > hi) {
+    *error = "'" + text + "': MIN is above MAX";
+    return false;
+  }
+  *min = lo;
+  *max = hi;
+  return true;
+}
+
 bool parse_hash_list(const std::string& text, std::vector<uint8_t>* out, std::string* error) {
   return parse_id_list(
       text, out, [](const std::string& s, uint8_t* id) { return auth::parse_hash(s, id); },
@@ -268,6 +293,9 @@ std::string validate(const TargetConfig& c) {
     return "--max-io must be a power of two in 4 KiB..8 MiB";
   if (c.queue_size < 2 || c.queue_size > 1024) return "--queue-size must be in 2..1024";
   if (c.max_io_queues < 1 || c.max_io_queues > 1024) return "--max-io-queues must be in 1..1024";
+  if (c.cntlid_min < 1 || c.cntlid_max > 0xFFEF || c.cntlid_min > c.cntlid_max)
+    return "--cntlid-range must be MIN-MAX with 1 <= MIN <= MAX <= 65519 (have " +
+           std::to_string(c.cntlid_min) + "-" + std::to_string(c.cntlid_max) + ")";
   if (c.cores < 1 || c.cores > 256) return "--cores must be in 1..256";
   if (c.max_connections < 1 || c.max_connections > 1000000)
     return "--max-connections must be in 1..1000000";
@@ -359,6 +387,12 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
         return false;
       }
       c->discovery_port = uint16_t(v.get<uint64_t>());
+    } else if (key == "cntlid_min" || key == "cntlid_max") {
+      if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > 0xFFEF) {
+        *error = "config key '" + key + "': expected 1..65519";
+        return false;
+      }
+      (key == "cntlid_min" ? c->cntlid_min : c->cntlid_max) = uint16_t(v.get<uint64_t>());
     } else if (key == "subsystems") {
       if (!v.is_array()) {
         *error = "config key 'subsystems': expected an array of objects";
@@ -562,6 +596,8 @@ std::string to_json_text(const TargetConfig& c) {
   j["max_io"] = c.max_io;
   j["queue_size"] = c.queue_size;
   j["max_io_queues"] = c.max_io_queues;
+  j["cntlid_min"] = c.cntlid_min;
+  j["cntlid_max"] = c.cntlid_max;
   j["cores"] = c.cores;
   j["poll"] = poll_mode_name(c.poll);
   j["poll_max_us"] = c.poll_max_us;

@@ -58,6 +58,10 @@ struct TargetConfig {
   uint32_t max_io = 128 * 1024;        // MDTS, bytes (a power of two >= 4 KiB)
   uint32_t queue_size = 1024;          // entries per queue (CAP.MQES + 1); slots grow on demand
   uint32_t max_io_queues = 64;
+  // Controller IDs are drawn from cntlid_min..cntlid_max. Gateways of one subsystem give each
+  // other disjoint ranges, because the Linux host needs cntlids unique within a subsystem.
+  uint16_t cntlid_min = 1;
+  uint16_t cntlid_max = 0xFFEF;
   int cores = 1;
   int first_core = -1;                  // pin reactor i to core first_core + i; -1: no pinning
   PollMode poll = PollMode::kAdaptive;  // how reactors wait for events (--poll)
@@ -86,6 +90,8 @@ bool parse_listen(const std::string& text, ListenAddress* out, std::string* erro
 // Parses "NQN=SECRET" (--host-key, --ctrl-key).
 bool parse_host_key(const std::string& text, std::pair<std::string, std::string>* out,
                     std::string* error);
+// Parses "MIN-MAX" (--cntlid-range), both in 1..65519 and MIN <= MAX.
+bool parse_cntlid_range(const std::string& text, uint16_t* min, uint16_t* max, std::string* error);
 // Parses "sha256,sha384" / "null,ffdhe2048" (--dhchap-hash, --dhchap-dhgroup).
 bool parse_hash_list(const std::string& text, std::vector<uint8_t>* out, std::string* error);
 bool parse_dhgroup_list(const std::string& text, std::vector<uint8_t>* out, std::string* error);

@@ -183,16 +183,19 @@ std::shared_ptr<Controller> Registry::create_controller(Subsystem* subsystem,
                                                         const uint8_t hostid[16],
                                                         uint32_t kato_ms) {
   std::lock_guard<std::mutex> lock(mu_);
-  // cntlid 1..0xFFEF, drawn at random: a host that could guess another's cntlid would only
-  // need its NQN and host ID to attach I/O queues to it. Ids in use are skipped.
-  if (controllers_.size() >= 0xFFEF) return nullptr;
-  for (int tries = 0; tries < 4 * 0xFFEF; ++tries) {
-    uint16_t r = 0;
-    if (!auth::random_bytes(reinterpret_cast<uint8_t*>(&r), sizeof r)) return nullptr;
-    uint16_t id = uint16_t(1 + r % 0xFFEF);
-    bool used = std::any_of(controllers_.begin(), controllers_.end(),
-                            [&](auto& c) { return c->cntlid == id; });
-    if (used) continue;
+  // cntlid drawn at random from the configured range: a host that could guess another's
+  // cntlid would only need its NQN and host ID to attach I/O queues to it. From the random
+  // start, the first id not in use is taken, so a nearly full range still finds the last one.
+  uint32_t lo = config_.cntlid_min, span = uint32_t(config_.cntlid_max) - lo + 1;
+  if (controllers_.size() >= span) return nullptr;
+  uint16_t r = 0;
+  if (!auth::random_bytes(reinterpret_cast<uint8_t*>(&r), sizeof r)) return nullptr;
+  std::vector<bool> used(span);
+  for (auto& c : controllers_)
+    if (c->cntlid >= lo && c->cntlid - lo < span) used[c->cntlid - lo] = true;
+  for (uint32_t step = 0; step < span; ++step) {
+    uint16_t id = uint16_t(lo + (r + step) % span);
+    if (used[id - lo]) continue;
     auto c = std::make_shared<Controller>();
     c->cntlid = id;
     c->subsystem = subsystem;

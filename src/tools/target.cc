@@ -90,6 +90,12 @@ int run_target(int argc, char** argv) {
       ->default_val(1024);
   app.add_option("--max-io-queues", cli.max_io_queues, "I/O queues one controller may create")
       ->default_val(64);
+  std::string cntlid_range = "1-65519";
+  app.add_option("--cntlid-range", cntlid_range,
+                 "controller IDs this target hands out, MIN-MAX: gateways of one subsystem "
+                 "(multipath) need disjoint ranges, since a host needs cntlids unique "
+                 "within a subsystem")
+      ->default_str("1-65519");
   app.add_option("--cores", cli.cores, "reactor threads (one per core)")->default_val(1);
   app.add_option("--pin", cli.first_core, "pin reactor i to core PIN + i")->default_val(-1);
   app.add_option("--poll", poll,
@@ -157,6 +163,11 @@ int run_target(int argc, char** argv) {
   if (given("--discovery-port")) cfg.discovery_port = cli.discovery_port;
   if (given("--queue-size")) cfg.queue_size = cli.queue_size;
   if (given("--max-io-queues")) cfg.max_io_queues = cli.max_io_queues;
+  if (given("--cntlid-range") &&
+      !target::parse_cntlid_range(cntlid_range, &cfg.cntlid_min, &cfg.cntlid_max, &error)) {
+    std::fprintf(stderr, "sens target: --cntlid-range: %s\n", error.c_str());
+    return 2;
+  }
   if (given("--cores")) cfg.cores = cli.cores;
   if (given("--pin")) cfg.first_core = cli.first_core;
   if (given("--poll")) parse_poll_mode(poll, &cfg.poll);

@@ -222,6 +222,24 @@ const BadInput kBadInputs[] = {
      R"({"listen": ["127.0.0.1:LISTEN"], "coalesce": {"policy": "greedy"}})",
      {"coalesce key 'policy': expected \"off\", \"eager\", \"uniform\", \"semantic\" or "
       "\"adaptive\""}},
+    {"CntlidRangeNotARange",
+     {"--cntlid-range", "100"},
+     "",
+     {"--cntlid-range", "'100' is not MIN-MAX"}},
+    {"CntlidRangeReversed", {"--cntlid-range", "9-5"}, "", {"'9-5': MIN is above MAX"}},
+    {"CntlidRangeZero",
+     {"--cntlid-range", "0-5"},
+     "",
+     {"'0-5' is not MIN-MAX with both in 1..65519"}},
+    {"CntlidRangeAboveFFEF", {"--cntlid-range", "1-65520"}, "", {"1..65519"}},
+    {"ConfigCntlidRangeReversed",
+     {},
+     R"({"listen": ["127.0.0.1:LISTEN"], "cntlid_min": 10, "cntlid_max": 5})",
+     {"--cntlid-range must be MIN-MAX with 1 <= MIN <= MAX <= 65519 (have 10-5)"}},
+    {"ConfigCntlidMaxNotANumber",
+     {},
+     R"({"listen": ["127.0.0.1:LISTEN"], "cntlid_max": "lots"})",
+     {"config key 'cntlid_max': expected 1..65519"}},
     {"ConfigMaxConnectionsNotANumber",
      {},
      R"({"listen": ["127.0.0.1:LISTEN"], "max_connections": [1]})",
@@ -271,7 +289,7 @@ TEST(CliTarget, HelpExitsZeroAndDocumentsCoalesce) {
 
 TEST(CliTarget, DumpConfigPrintsTheEffectiveConfiguration) {
   RunResult r = run_command({SENS_BINARY, "target", "--listen", "127.0.0.1:4999", "--ns", "ram:64M",
-                             "--coalesce", "uniform", "--dump-config"},
+                             "--coalesce", "uniform", "--cntlid-range", "100-199", "--dump-config"},
                             3000);
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out, nullptr, false);
@@ -279,6 +297,8 @@ TEST(CliTarget, DumpConfigPrintsTheEffectiveConfiguration) {
   EXPECT_EQ(j["listen"][0], "127.0.0.1:4999");
   EXPECT_EQ(j["subsystems"][0]["namespaces"][0], "ram:64M");
   EXPECT_EQ(j["coalesce"]["policy"], "uniform");
+  EXPECT_EQ(j["cntlid_min"], 100);
+  EXPECT_EQ(j["cntlid_max"], 199);
 }
 
 }  // namespace

@@ -29,6 +29,17 @@ for c in /sys/class/nvme/nvme*; do
 done
 [ $ana_ok = 2 ]
 step ana-states $?
+# Each gateway's controller ID from its own range (--cntlid-range, a: 1-1000, b: 1001-2000).
+ids_ok=0
+for c in /sys/class/nvme/nvme*; do
+  port=$(sed -n 's/.*trsvcid=\([0-9]*\).*/\1/p' "$c/address")
+  id=$(cat "$c/cntlid")
+  note "path $(basename "$c") port $port cntlid $id"
+  [ "$port" = 4420 ] && [ "$id" -ge 1 ] && [ "$id" -le 1000 ] && ids_ok=$((ids_ok + 1))
+  [ "$port" = 4421 ] && [ "$id" -ge 1001 ] && [ "$id" -le 2000 ] && ids_ok=$((ids_ok + 1))
+done
+[ $ids_ok = 2 ]
+step cntlid-ranges $?
 # One multipath block device: nvmeXnY (the per-path nodes are nvmeXcYnZ and hidden).
 devs=$(ls /sys/block | grep -E '^nvme[0-9]+n[0-9]+$')
 [ "$(echo "$devs" | wc -w)" = 1 ]

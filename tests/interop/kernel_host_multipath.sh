@@ -20,12 +20,16 @@ NQN=nqn.2026-11.dev.sens:multipath
 UUID=6d756c74-6970-4174-9800-000000000014
 truncate -s 256M "$WORK/shared.img"
 
-# start NAME PORT ANA: a gateway; returns 1 if the port was taken.
+# start NAME PORT ANA: a gateway; returns 1 if the port was taken. Each gateway hands out its
+# own cntlids (a: 1-1000, b: 1001-2000): the host needs them unique within the subsystem.
 start() {
+  local first=1
+  [ "$1" = b ] && first=1001
   cat > "$WORK/$1.json" << EOF2
 {
   "listen": ["127.0.0.1:$2,ana=$3"],
   "discovery_port": 0,
+  "cntlid_min": $first, "cntlid_max": $((first + 999)),
   "subsystems": [{"nqn": "$NQN", "namespaces": ["file:$WORK/shared.img,uuid=$UUID"]}]
 }
 EOF2

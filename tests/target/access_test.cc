@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
+#include <set>
 #include <thread>
 
 #include "target_fixture.h"
@@ -155,8 +157,7 @@ TEST_F(AccessTest, KeepAliveTimeout) {
   Result r = silent.connect_queue(0, kNqn, 0xFFFF, 1000);
   ASSERT_TRUE(r.ok()) << r.describe();
   uint16_t cntlid = uint16_t(r.cqe.dw0);
-  ASSERT_TRUE(
-      silent.enable().ok());  // CC.EN
+  ASSERT_TRUE(silent.enable().ok());  // CC.EN
   r = silent.exec(nvme::make_get_features(nvme::feature::kKeepAliveTimer));
   ASSERT_TRUE(r.ok()) << r.describe();
   EXPECT_EQ(r.cqe.dw0, 1000u);
@@ -214,6 +215,56 @@ TEST_F(AccessTest, KeepAliveSetFeatures) {
   EXPECT_TRUE(c.wait_closed(2000)) << "kato 500 ms set by Set Features never expired";
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   EXPECT_GE(ms, 400);
+}
+
+// --cntlid-range: every cntlid comes from it, the last free one is found, a full range is
+// Controller Busy (not a crash or a reused id), and an id is free again once its host leaves.
+class CntlidRangeTest : public TargetFixture {
+ protected:
+  target::TargetConfig config() override {
+    auto c = test_config();
+    c.cntlid_min = 700;
+    c.cntlid_max = 702;
+    return c;
+  }
+};
+
+TEST_F(CntlidRangeTest, ControllersGetIdsFromTheRangeUntilItIsFull) {
+  std::vector<std::unique_ptr<RawClient>> admins;
+  std::set<uint16_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto c = std::make_unique<RawClient>();
+    ASSERT_TRUE(c->connect(port_));
+    ASSERT_TRUE(c->ic(0)) << c->last_error();
+    Result r = c->connect_queue(0, kNqn);
+    ASSERT_TRUE(r.ok()) << r.describe();
+    uint16_t id = uint16_t(r.cqe.dw0 & 0xFFFF);
+    EXPECT_GE(id, 700);
+    EXPECT_LE(id, 702);
+    ids.insert(id);
+    admins.push_back(std::move(c));
+  }
+  EXPECT_EQ(ids.size(), 3u);  // all three, none twice
+  RawClient full;
+  ASSERT_TRUE(full.connect(port_));
+  ASSERT_TRUE(full.ic(0)) << full.last_error();
+  Result r = full.connect_queue(0, kNqn);
+  ASSERT_TRUE(r.have_cqe) << r.describe();
+  EXPECT_EQ(r.status(), st::kConnectControllerBusy) << r.describe();
+  // The hosts leave; their ids are handed out again (the target notices the closes on its
+  // reactor, so the Connect is retried until it does).
+  for (auto& c : admins) c->close();
+  admins.clear();
+  Result again;
+  for (auto until = Clock::now() + std::chrono::seconds(5); Clock::now() < until;) {
+    again = full.connect_queue(0, kNqn);
+    if (again.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(again.ok()) << again.describe();
+  uint16_t id = uint16_t(again.cqe.dw0 & 0xFFFF);
+  EXPECT_GE(id, 700);
+  EXPECT_LE(id, 702);
 }
 
 }  // namespace
