@@ -3,10 +3,12 @@
 // the queue belongs to, and the few things it may ask of the transport. The NVMe/TCP queue
 // (tcp_queue.h) implements it; the command sets never see a PDU or a socket.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/worker_thread.h"
 #include "storage/device.h"
 #include "target/request.h"
 #include "target/subsystem.h"
@@ -41,6 +43,13 @@ class CommandQueue {
   virtual void complete(Request& r, uint16_t status, uint64_t result = 0) = 0;
   // Starts device I/O; the command set's device_done() runs on completion.
   virtual void submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) = 0;
+  // Runs `work` on `worker` (a control command that blocks, never I/O), then `done(queue, r,
+  // status)` back on this queue's thread with what `work` returned. The request counts as
+  // device I/O in flight meanwhile, so the queue is not freed under it; if the queue closed,
+  // `done` does not run.
+  using OffloadDone = void (*)(CommandQueue& q, Request& r, uint16_t status);
+  virtual void offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
+                       OffloadDone done) = 0;
   // Fabrics.
   virtual uint64_t connection_id() const = 0;  // how the reactor finds this queue
   // Connect accepted: the queue now belongs to `ctrl` as queue `qid`.

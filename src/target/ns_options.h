@@ -26,9 +26,9 @@ bool parse_uuid(const std::string& text, uint8_t out[16]);
 // The identity every gateway reports alike for the same backing store (NVMe Base 2.0 4.5.1:
 // a namespace's NGUID and UUID must not differ between the controllers that share it).
 // In order: the uuid= option; the backend's own ids (storage::Device::stable_identity(), an
-// RBD image's, from the cluster fsid, pool and image id); else a seed: for a file, its resolved path and the
-// subsystem NQN; for memory namespaces (never shared), the NQN and nsid.
-// Both ids are SHA-256 of the seed, so they do not depend on the build.
+// RBD image's, from the cluster fsid, pool and image id); else a seed: for a file, its resolved
+// path and the subsystem NQN; for memory namespaces (never shared), the NQN and nsid. Both ids are
+// SHA-256 of the seed, so they do not depend on the build.
 void derive_namespace_ids(const std::string& seed, uint8_t nguid[16], uint8_t uuid[16]);
 
 }  // namespace sens::target

@@ -1,5 +1,6 @@
 // The NVM I/O command set: Read, Write, Flush, Write Zeroes, Dataset Management.
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -128,10 +129,11 @@ Plan plan_reservation(Request& r) {
   return p;
 }
 
-void execute_reservation(CommandQueue& q, Request& r) {
+// The command itself, against the namespace's state; Report fills r.buf. Returns the status.
+// Runs on the reactor (a local state) or the namespace's worker (a shared record), so it
+// touches only the request's own fields and buffer and the thread-safe Reservations.
+uint16_t run_reservation(Reservations& rs, const uint8_t* hostid, Request& r) {
   const nvme::Sqe& s = r.sqe;
-  Reservations& rs = r.ns->reservations;
-  const uint8_t* hostid = q.controller()->hostid;
   uint8_t action = uint8_t(s.cdw10 & 7);
   bool iekey = s.cdw10 & (1u << 3);
   uint8_t rtype = uint8_t((s.cdw10 >> 8) & 0xFF);
@@ -142,21 +144,39 @@ void execute_reservation(CommandQueue& q, Request& r) {
   }
   switch (s.opcode) {
     case resv::kRegister:
-      return q.complete(r, rs.reg(hostid, action, iekey, uint8_t(s.cdw10 >> 30), k1, k2));
+      return rs.reg(hostid, action, iekey, uint8_t(s.cdw10 >> 30), k1, k2);
     case resv::kAcquire:
-      return q.complete(r, rs.acquire(hostid, action, iekey, rtype, k1, k2));
+      return rs.acquire(hostid, action, iekey, rtype, k1, k2);
     case resv::kRelease:
-      return q.complete(r, rs.release(hostid, action, iekey, rtype, k1));
+      return rs.release(hostid, action, iekey, rtype, k1);
     default: {
-      // Host identifiers over Fabrics are 128-bit: only the extended structure can hold them.
-      if (!(s.cdw11 & 1)) return q.complete(r, resv::kHostIdInconsistent);
       std::memset(r.buf, 0, r.xfer_len);
       uint16_t status = st::kSuccess;
       rs.report(r.buf, r.xfer_len, &status);
-      if (status != st::kSuccess) return q.complete(r, status);
-      return q.send_data(r, r.buf, r.xfer_len);
+      return status;
     }
   }
+}
+
+void finish_reservation(CommandQueue& q, Request& r, uint16_t status) {
+  if (r.sqe.opcode == resv::kReport && status == st::kSuccess)
+    return q.send_data(r, r.buf, r.xfer_len);
+  q.complete(r, status);
+}
+
+void execute_reservation(CommandQueue& q, Request& r) {
+  // Host identifiers over Fabrics are 128-bit: only the extended structure can hold them.
+  if (r.sqe.opcode == resv::kReport && !(r.sqe.cdw11 & 1))
+    return q.complete(r, resv::kHostIdInconsistent);
+  Reservations& rs = r.ns->reservations;
+  std::array<uint8_t, 16> hostid;
+  std::memcpy(hostid.data(), q.controller()->hostid, 16);
+  if (!rs.shared()) return finish_reservation(q, r, run_reservation(rs, hostid.data(), r));
+  // Against the shared record: off the reactor. The job takes a copy of the host ID and
+  // nothing else of the queue; the request stays until it is back (see offload()).
+  q.offload(
+      r, rs.worker(), [&rs, &r, hostid] { return run_reservation(rs, hostid.data(), r); },
+      finish_reservation);
 }
 
 }  // namespace

@@ -218,6 +218,7 @@ bool ReservationState::parse(const std::string& bytes, ReservationState* out, st
 }
 
 Reservations::~Reservations() {
+  worker_.stop();                   // a command running there uses the state below
   if (record_) record_->watch({});  // waits for a notification being applied
 }
 

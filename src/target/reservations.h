@@ -10,10 +10,11 @@
 // refreshed from the record's notifications. Elsewhere (file, ram, null) the state lives in
 // this process only, per gateway (README, "Scaling out").
 //
-// Reservation commands run on the I/O thread that received them (against the record they
-// block it, each step bounded by the backend's timeouts); the I/O path asks held() (one
-// atomic load) and, only while a reservation is held, access() through a per-queue cache
-// keyed by version() (see CommandQueue::reservation_access).
+// Reservation commands on a local state run on the I/O thread that received them; against a
+// shared record they run on worker() (each step bounded by the backend's timeouts), so the
+// reactor keeps serving while the cluster answers. The I/O path asks held() (one atomic load)
+// and, only while a reservation is held, access() through a per-queue cache keyed by
+// version() (see CommandQueue::reservation_access).
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/worker_thread.h"
 #include "storage/device.h"
 
 namespace sens::target {
@@ -68,6 +70,10 @@ class Reservations {
   // `label` names the namespace in log lines. Before any command.
   void share(storage::SharedRecord* record, std::string label);
   bool shared() const { return record_ != nullptr; }
+  // Where the commands of a shared state run: each is a cluster round trip and a notify that
+  // waits for every gateway (up to 3 s for one that does not answer), which must not stall a
+  // reactor. Commands on one namespace run in order, one at a time.
+  WorkerThread& worker() { return worker_; }
 
   bool held() const { return held_.load(std::memory_order_acquire); }
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
@@ -94,6 +100,7 @@ class Reservations {
   bool install(const std::string& bytes, uint64_t version, std::string* error = nullptr);
   void changed();  // after every change, under mu_
 
+  WorkerThread worker_{"sens-resv"};
   std::mutex mu_;
   ReservationState state_;
   std::atomic<bool> held_{false};

@@ -222,6 +222,11 @@ void Registry::remove_controller(uint16_t cntlid) {
                      controllers_.end());
 }
 
+void Registry::stop_workers() {
+  for (auto& s : subsystems_)
+    for (auto& ns : s->namespaces) ns->reservations.worker().stop();
+}
+
 void Registry::sync_all() {
   for (auto& s : subsystems_)
     for (auto& ns : s->namespaces) ns->device->sync();

@@ -162,6 +162,9 @@ class Registry {
 
   // Flushes every namespace's device (shutdown).
   void sync_all();
+  // Waits for the reservation commands running off the reactors; drops those not started
+  // (shutdown, after the reactors stopped: their answers would go nowhere).
+  void stop_workers();
 
  private:
   TargetConfig config_;

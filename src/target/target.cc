@@ -638,6 +638,7 @@ void Target::stop() {
   }
   for (auto& t : threads_) t.join();
   threads_.clear();
+  registry_.stop_workers();
   running_ = false;
   for (auto& l : listeners_) ctxs_[0]->reactor.remove(l->fd());
   listeners_.clear();

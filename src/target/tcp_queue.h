@@ -68,6 +68,8 @@ class TcpQueue final : public CommandQueue,
   bool zero_copy_reads() const override;
   void complete(Request& r, uint16_t status, uint64_t result = 0) override;
   void submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) override;
+  void offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
+               OffloadDone done) override;
   void on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
                     uint32_t sq_entries, bool sq_flow_disabled, const HostAuth* auth) override;
   void on_authenticated(bool ok) override;
@@ -127,6 +129,7 @@ class TcpQueue final : public CommandQueue,
   void schedule_resume();
   static void on_device_done(storage::Request* req);
   void device_done(Request& r);
+  bool back_from_device(Request& r);  // false: the queue closed meanwhile (the request is freed)
   void send_r2t(Request& r);
   static void on_resp_sent(void* ctx, uint64_t index);
   coalesce::PduClass data_class() const;

@@ -155,15 +155,34 @@ void TcpQueue::on_device_done(storage::Request* req) {
 }
 
 void TcpQueue::device_done(Request& r) {
-  --inflight_io_;
-  states_.advance(r, S::kExecuting);
-  if (closed_) {
-    give_back_buffer(r);
-    if (reapable()) ctx_.on_queue_closed();
-    return;
-  }
+  if (!back_from_device(r)) return;
   if (r.sqe.opcode == nvme::kFabricsOpcode) return fabrics::device_done(*this, r);
   nvm::device_done(*this, r);
+}
+
+bool TcpQueue::back_from_device(Request& r) {
+  --inflight_io_;
+  states_.advance(r, S::kExecuting);
+  if (!closed_) return true;
+  give_back_buffer(r);
+  if (reapable()) ctx_.on_queue_closed();
+  return false;
+}
+
+void TcpQueue::offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
+                       OffloadDone done) {
+  states_.advance(r, S::kWaitingDevice);
+  ++inflight_io_;
+  Reactor* reactor = &ctx_.reactor;
+  // The queue and the request outlive the job: inflight_io_ keeps the queue from being reaped,
+  // and Target::stop() stops the workers before the reactors go.
+  bool posted = worker.post([this, &r, reactor, work = std::move(work), done] {
+    uint16_t status = work();
+    reactor->post([this, &r, status, done] {
+      if (back_from_device(r)) done(*this, r, status);
+    });
+  });
+  if (!posted && back_from_device(r)) complete(r, nvme::status::kInternalError);  // stopping
 }
 
 }  // namespace sens::target

@@ -447,6 +447,60 @@ TEST(Rbd, ReservationsAreSharedByEveryGateway) {
   EXPECT_EQ(write_status(a2.io), 0);
 }
 
+// A reservation command waits for every gateway to apply it, up to 3 s for one that does not
+// acknowledge (stopped here with SIGSTOP). That wait runs off the reactor: the gateway's other
+// host reads all along, each read answered in far less than the command takes.
+TEST(Rbd, ReservationWaitingForAStoppedGatewayDoesNotStallIo) {
+  REQUIRE_CLUSTER();
+  ASSERT_EQ(rbd_cli({"create", "--size", "64M", "rbd/resvstall"}).code, 0);
+  RunningTarget g1, g2;
+  ASSERT_EQ(g1.start({image_spec("resvstall")}), "");  // one reactor: both hosts share it
+  ASSERT_EQ(g2.start({image_spec("resvstall")}), "");
+  Session a1, b1;
+  ASSERT_EQ(open_as(a1, g1.port, kHostA, kHostANqn), "");
+  ASSERT_EQ(open_as(b1, g1.port, kHostB, kHostBNqn), "");
+  ASSERT_EQ(read_status(b1.io), 0);
+  ASSERT_TRUE(g2.child.signal(SIGSTOP));
+  using Clock = std::chrono::steady_clock;
+  std::atomic<bool> done{false};
+  uint16_t register_status = 0xFFFF;
+  Clock::duration register_took{};
+  std::thread reg([&] {
+    auto t0 = Clock::now();
+    register_status = resv(a1.io, kRegister, 0, 0, 0xAAAA).status();
+    register_took = Clock::now() - t0;
+    done = true;
+  });
+  int reads = 0, failed = 0;
+  Clock::duration slowest{};
+  while (!done) {
+    auto t0 = Clock::now();
+    if (read_status(b1.io) != 0) ++failed;
+    slowest = std::max(slowest, Clock::now() - t0);
+    ++reads;
+  }
+  reg.join();
+  ASSERT_TRUE(g2.child.signal(SIGCONT));
+  auto ms = [](Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  EXPECT_EQ(register_status, 0);
+  // The command did wait for the stopped gateway (else this test shows nothing) ...
+  ASSERT_GE(ms(register_took), 2000) << "the notify did not wait for the stopped gateway";
+  // ... and the reads went on meanwhile.
+  EXPECT_EQ(failed, 0);
+  EXPECT_GE(reads, 10) << "reads during a " << ms(register_took) << " ms Register";
+  EXPECT_LT(ms(slowest), 1000) << reads << " reads during a " << ms(register_took)
+                               << " ms Register";
+  // The registration holds on both gateways once the stopped one runs again.
+  uint16_t status = 0;
+  Session a2;
+  ASSERT_EQ(open_as(a2, g2.port, kHostA, kHostANqn), "");
+  auto rep = report(a2.io, &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(field<uint16_t>(rep, 5), 1);  // REGCTL: one registrant
+}
+
 // A record this sens cannot read (another program's, a newer format, cut short) is never
 // trusted: the command that finds it fails with Internal Error, the log says why, the target
 // keeps serving, and removing the object starts over with no reservation.

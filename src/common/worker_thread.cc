@@ -1,0 +1,52 @@
+#include "common/worker_thread.h"
+
+#include <pthread.h>
+
+namespace sens {
+
+bool WorkerThread::post(std::function<void()> job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return false;
+  jobs_.push_back(std::move(job));
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] { loop(); });
+    pthread_setname_np(thread_.native_handle(), name_.substr(0, 15).c_str());
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void WorkerThread::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    jobs_.clear();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  stopping_ = false;
+}
+
+size_t WorkerThread::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_.size() + running_;
+}
+
+void WorkerThread::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    if (stopping_) return;
+    std::function<void()> job = std::move(jobs_.front());
+    jobs_.pop_front();
+    running_ = 1;
+    lock.unlock();
+    job();
+    job = nullptr;  // what it captured goes before the count says it is done
+    lock.lock();
+    running_ = 0;
+  }
+}
+
+}  // namespace sens

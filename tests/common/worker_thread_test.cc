@@ -1,0 +1,69 @@
+// WorkerThread: the jobs a reactor hands off run in order, one at a time, on another thread;
+// stop() waits for the running one and drops the rest; a post after stop() runs again.
+#include "common/worker_thread.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+#include <vector>
+
+namespace sens {
+namespace {
+
+TEST(WorkerThread, RunsJobsInOrderOneAtATimeOffTheCaller) {
+  WorkerThread w("test-worker");
+  std::vector<int> order;
+  std::atomic<int> running{0}, most{0};
+  std::promise<void> last;
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> off_caller{true};
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(w.post([&, i] {
+      int now = ++running;
+      most = std::max(most.load(), now);
+      if (std::this_thread::get_id() == caller) off_caller = false;
+      order.push_back(i);  // only the worker touches it, one job at a time
+      --running;
+      if (i == 49) last.set_value();
+    }));
+  }
+  ASSERT_EQ(last.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  w.stop();
+  ASSERT_EQ(order.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);
+  EXPECT_EQ(most.load(), 1);
+  EXPECT_TRUE(off_caller.load());
+  EXPECT_EQ(w.pending(), 0u);
+}
+
+TEST(WorkerThread, StopWaitsForTheRunningJobAndDropsTheRest) {
+  WorkerThread w("test-worker");
+  std::promise<void> started;
+  std::atomic<bool> release{false}, first_done{false}, second_ran{false};
+  ASSERT_TRUE(w.post([&] {
+    started.set_value();
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    first_done = true;
+  }));
+  ASSERT_TRUE(w.post([&] { second_ran = true; }));
+  started.get_future().wait();
+  EXPECT_EQ(w.pending(), 2u);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    release = true;
+  });
+  w.stop();  // returns only once the first job is done
+  EXPECT_TRUE(first_done.load());
+  EXPECT_FALSE(second_ran.load());
+  releaser.join();
+  // The next post starts the thread again.
+  std::promise<void> again;
+  ASSERT_TRUE(w.post([&] { again.set_value(); }));
+  EXPECT_EQ(again.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
+
+}  // namespace
+}  // namespace sens
