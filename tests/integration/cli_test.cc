@@ -231,6 +231,8 @@ const BadInput kBadInputs[] = {
      {"--cntlid-range", "0-5"},
      "",
      {"'0-5' is not MIN-MAX with both in 1..65519"}},
+    {"CntlidRangeNotDigits", {"--cntlid-range", "1-x"}, "", {"'1-x' is not MIN-MAX"}},
+    {"CntlidRangeNegative", {"--cntlid-range", "-3"}, "", {"'-3' is not MIN-MAX"}},
     {"CntlidRangeAboveFFEF", {"--cntlid-range", "1-65520"}, "", {"1..65519"}},
     {"ConfigCntlidRangeReversed",
      {},
