@@ -7,9 +7,9 @@ and writes at QD 32, REPS interleaved repetitions of each, medians. The bar: the
 at least 0.8x librbd's. Writes the rows as JSON (--json) and prints a markdown table.
 
 The cluster: an existing one (--conf, or $CEPH_CONF), or with --start a fresh one-node
-cluster from ../shared/ceph/minicluster.sh in build/ceph-bench (removed at the end unless
---keep). The image is created (--size) and filled sequentially first, so that reads hit
-allocated objects. The machine is shared and 2 cores carry the OSD, the monitor, librbd, the
+cluster from tests/rbd/cluster.sh in build/ceph-bench (removed at the end unless --keep).
+The image is created (--size) and filled sequentially first, so that reads hit allocated
+objects. The machine is shared and 2 cores carry the OSD, the monitor, librbd, the
 target and the host: read the numbers as ratios within one run.
 
     bench/rbd.py --start --json docs/results/rbd.json
@@ -68,13 +68,22 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     a.bench = a.bench or os.path.join(os.path.dirname(os.path.abspath(a.sens)), "sens_rbd_bench")
-    script = os.path.join(HERE, "..", "..", "shared", "ceph", "minicluster.sh")
+    script = os.path.join(HERE, "..", "tests", "rbd", "cluster.sh")
     env = dict(os.environ)
     if a.start:
         base = os.path.abspath(os.path.join(os.path.dirname(a.sens), "ceph-bench"))
-        env.update(BASE=base, MON_V2_PORT=str(free_port()), MON_V1_PORT=str(free_port()),
-                   IMAGE="unused", IMAGE_SIZE="64M")
-        subprocess.run([script, "start"], check=True, env=env, stdout=subprocess.DEVNULL)
+        v2 = free_port()
+        v1 = free_port()
+        while v1 == v2:
+            v1 = free_port()
+        # No image of the script's own: the one measured is made below (--image, --size).
+        env.update(CLUSTER_DIR=base, CLUSTER_MON_PORT=str(v2), CLUSTER_MON_V1_PORT=str(v1),
+                   CLUSTER_IMAGE="")
+        # its progress (and, when it fails, the step and the daemon logs) on stderr
+        if subprocess.run([script, "start"], env=env, stdout=sys.stderr).returncode != 0:
+            subprocess.run([script, "stop"], env=env, stdout=sys.stderr)
+            sys.exit(f"{script} start failed: logs in {base}/log; "
+                     f"remove it with CLUSTER_DIR={base} {script} clean")
         a.conf = os.path.join(base, "ceph.conf")
     if not a.conf:
         sys.exit("no cluster: --conf, $CEPH_CONF or --start")
@@ -139,7 +148,7 @@ def main():
         if d is not None:
             shutil.rmtree(d, ignore_errors=True)
         if a.start and not a.keep:
-            subprocess.run([script, "clean"], env=env, stdout=subprocess.DEVNULL)
+            subprocess.run([script, "clean"], env=env, stdout=sys.stderr)
 
 
 if __name__ == "__main__":
