@@ -4,38 +4,32 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
-# clang and libclang-rt-14-dev (its sanitizer and libFuzzer runtimes): make sanitize, make fuzz.
-DEB_PACKAGES := cmake g++ make pkg-config googletest libgtest-dev liburing-dev libisal-dev libssl-dev \
-	libcli11-dev nlohmann-json3-dev fio nvme-cli tshark gnuplot iproute2 procps python3 \
+# What building `sens` needs (make demo installs only these), then what the tests, the
+# sanitizer and fuzz builds (clang, libclang-rt-14-dev), the fio engine and the interop and
+# bench scripts need on top (make test, make deps).
+BUILD_PACKAGES := cmake g++ make pkg-config liburing-dev libisal-dev libssl-dev libcli11-dev \
+	nlohmann-json3-dev python3
+TEST_PACKAGES := googletest libgtest-dev fio nvme-cli tshark gnuplot iproute2 procps \
 	clang libclang-rt-14-dev librbd-dev librados-dev
-# The one-node Ceph cluster the rbd tests start (../shared/ceph/minicluster.sh, its own package
-# list), installed without Recommends (ceph-mgr's would pull in its dashboard and more).
-CEPH_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime bc
+# The one-node Ceph cluster the rbd tests start (tests/rbd/cluster.sh), installed without
+# Recommends (ceph-mgr's would pull in its dashboard and more).
+CEPH_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime
 
 # fio's engine headers: the installed fio's own source package (deb-src of the same archive),
 # configured, so that libsens_fio.so matches it (fio checks FIO_IOOPS_VERSION on load).
 FIO_SRC_ROOT ?= /usr/local/src/sens-fio
 
-.PHONY: all deps fio-src build test sanitize fuzz demo interop bench clean format
+.PHONY: all deps deps-build fio-src configure sens build test sanitize fuzz demo interop bench \
+	build-times clean format
 
 all: build
 
-# Installs only what is missing, so a machine that has everything runs no apt-get at all.
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
-	@missing=""; for p in $(CEPH_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing (no recommends):$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+deps-build:
+	@./scripts/install-packages.sh build $(BUILD_PACKAGES)
+
+deps: deps-build
+	@./scripts/install-packages.sh tests $(TEST_PACKAGES)
+	@./scripts/install-packages.sh --no-recommends "the Ceph test cluster" $(CEPH_PACKAGES)
 	@$(MAKE) --no-print-directory fio-src
 
 fio-src:
@@ -56,14 +50,29 @@ fio-src:
 	  tar xzf fio_$$up.orig.tar.gz && cd fio-$$up && ./configure --disable-native > configure.log; \
 	fi
 
-$(BUILD)/Makefile: CMakeLists.txt
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+# Configured every time (about a second): what `make deps` installed since the last run (the
+# test framework, librbd, fio's sources) is found, so a tree first built by `make demo` grows
+# its tests and backends when `make test` runs.
+configure:
+	@mkdir -p $(BUILD) && cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  > $(BUILD)/configure.log 2>&1 || { cat $(BUILD)/configure.log; exit 1; }
 
-build: $(BUILD)/Makefile
+# Only the `sens` binary: what the demo runs.
+sens: deps-build configure
+	@echo "[build] compiling sens with $(JOBS) jobs (the tests come with make test)"
+	@t0=$$(date +%s); cmake --build $(BUILD) -j $(JOBS) --target sens && \
+	  echo "[build] sens built in $$(( $$(date +%s) - t0 )) s"
+
+build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: deps build
+test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
+
+# Where the compile time goes: every translation unit compiled again, one at a time, the
+# slowest listed (scripts/build_times.sh; README, development notes).
+build-times: deps
+	./scripts/build_times.sh
 
 # The unit and integration tests again, built with ASan + UBSan (the `sens` children too);
 # any sanitizer report fails the run. clang: it builds this with 60% of gcc's CPU time, and
@@ -85,8 +94,8 @@ fuzz: deps $(FUZZ_BUILD)/Makefile
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_pdu_reader fuzz_target_dispatch fuzz_reservation_record
 	./tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-demo: deps build
-	./scripts/demo.sh $(BUILD)/sens
+demo: sens
+	@./scripts/demo.sh $(BUILD)/sens
 
 interop: deps build
 	./tests/interop/run_all.sh $(BUILD)/sens

@@ -1,5 +1,7 @@
 #include "coalesce/stats_json.h"
 
+#include <nlohmann/json.hpp>
+
 namespace sens::coalesce {
 
 namespace {

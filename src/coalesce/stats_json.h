@@ -1,6 +1,6 @@
 #pragma once
 // The scheduler's counters as JSON, the shape `sens perf --json` and the benches consume.
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "coalesce/scheduler.h"
 

@@ -7,7 +7,7 @@
 // the report (Inputs/Report) speaks microseconds.
 #include <cstdint>
 #include <limits>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace sens::model {

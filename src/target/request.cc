@@ -1,6 +1,7 @@
 #include "target/request.h"
 
 #include <cassert>
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 

@@ -10,7 +10,7 @@
 // SENDING_RESPONSE; an Asynchronous Event Request parks in AER until an event or the end.
 #include <array>
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "storage/device.h"
 #include "wire/nvme.h"

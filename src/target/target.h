@@ -3,7 +3,7 @@
 // round-robin; a Registry of subsystems, namespaces and controllers shared by all.
 #include <atomic>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <thread>
 #include <unordered_map>

@@ -53,7 +53,8 @@ int discover_main(int argc, char** argv) {
   return 0;
 }
 
-sens::tools::RegisterCommand reg("discover", "print an NVMe/TCP discovery log (nvme discover)",
-                                 discover_main);
+sens::tools::RegisterCommand register_discover("discover",
+                                               "print an NVMe/TCP discovery log (nvme discover)",
+                                               discover_main);
 
 }  // namespace

@@ -63,7 +63,8 @@ int identify_main(int argc, char** argv) {
   return 0;
 }
 
-sens::tools::RegisterCommand reg("identify", "print Identify Controller (nvme id-ctrl)",
-                                 identify_main);
+sens::tools::RegisterCommand register_identify("identify",
+                                               "print Identify Controller (nvme id-ctrl)",
+                                               identify_main);
 
 }  // namespace

@@ -1,6 +1,7 @@
 // sens model: the SENS analytical model (Eq. 1-5) next to a Monte-Carlo run of the same group.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "model/model.h"
 #include "tools/cli.h"
@@ -43,5 +44,5 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-static sens::tools::RegisterCommand reg("model",
-                                        "the SENS analytical model and its Monte-Carlo check", run);
+static sens::tools::RegisterCommand register_model(
+    "model", "the SENS analytical model and its Monte-Carlo check", run);

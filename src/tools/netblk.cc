@@ -492,7 +492,8 @@ int netblk_main(int argc, char** argv) {
   return 2;
 }
 
-sens::tools::RegisterCommand reg("netblk", "serve / use a block device over UDP (NBLK protocol)",
-                                 netblk_main);
+sens::tools::RegisterCommand register_netblk("netblk",
+                                             "serve / use a block device over UDP (NBLK protocol)",
+                                             netblk_main);
 
 }  // namespace

@@ -138,7 +138,8 @@ int perf_main(int argc, char** argv) {
   return sens::host::run_perf(o, stdout);
 }
 
-sens::tools::RegisterCommand reg("perf", "NVMe/TCP host load generator (IOPS, latency, CPU)",
-                                 perf_main);
+sens::tools::RegisterCommand register_perf("perf",
+                                           "NVMe/TCP host load generator (IOPS, latency, CPU)",
+                                           perf_main);
 
 }  // namespace

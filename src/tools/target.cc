@@ -1,6 +1,7 @@
 // `sens target`: serve namespaces over NVMe/TCP.
 #include <signal.h>
 #include <sys/resource.h>
+#include <nlohmann/json.hpp>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -393,7 +394,8 @@ int run_target(int argc, char** argv) {
   return 0;
 }
 
-RegisterCommand reg("target", "serve namespaces over NVMe/TCP (the target)", run_target);
+RegisterCommand register_target("target", "serve namespaces over NVMe/TCP (the target)",
+                                run_target);
 
 }  // namespace
 }  // namespace sens::tools

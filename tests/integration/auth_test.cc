@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "auth/dhchap.h"
 #include "child_process.h"

@@ -16,6 +16,10 @@ bool have_engine() {
   return std::string(SENS_FIO_ENGINE).size() > 0;
 }
 
+constexpr const char* kNoEngine =
+    "libsens_fio.so is not built: it needs fio's configured source (make deps puts it under "
+    "/usr/local/src/sens-fio; make test configures again and builds the engine)";
+
 RunResult fio(const host::testing::TargetProcess& t, std::vector<std::string> extra) {
   std::vector<std::string> argv = {"/usr/bin/fio",
                                    "--name=sens",
@@ -37,7 +41,7 @@ void expect_clean(const RunResult& r) {
 }
 
 TEST(FioEngine, VerifiesInCapsuleAndR2TWrites) {
-  if (!have_engine()) GTEST_SKIP() << "libsens_fio.so not built (make deps installs fio's source)";
+  if (!have_engine()) GTEST_SKIP() << kNoEngine;
   host::testing::TargetProcess t;
   ASSERT_TRUE(t.ready()) << t.log();
   // 4 KiB writes go in-capsule (8 KiB limit), 64 KiB through R2T; two forked jobs on their own
@@ -50,7 +54,7 @@ TEST(FioEngine, VerifiesInCapsuleAndR2TWrites) {
 class FioShare : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(FioShare, FourThreadsOverTwoConnections) {
-  if (!have_engine()) GTEST_SKIP() << "libsens_fio.so not built";
+  if (!have_engine()) GTEST_SKIP() << kNoEngine;
   host::testing::TargetProcess t;
   ASSERT_TRUE(t.ready()) << t.log();
   expect_clean(fio(t, {"--thread", "--numjobs=4", "--sens_share=" + std::string(GetParam()),
@@ -63,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, FioShare, ::testing::Values("none", "lock", "sen
 TEST(FioEngine, RecordsSubmissionLatencyAndPrintsTransportCounters) {
   // With a commit hook the engine itself hands fio each sent io_u (io_u_queued): without that
   // fio has no slat samples and an empty submit histogram.
-  if (!have_engine()) GTEST_SKIP() << "libsens_fio.so not built";
+  if (!have_engine()) GTEST_SKIP() << kNoEngine;
   host::testing::TargetProcess t;
   ASSERT_TRUE(t.ready()) << t.log();
   RunResult r = run_command(
@@ -87,7 +91,7 @@ TEST(FioEngine, RecordsSubmissionLatencyAndPrintsTransportCounters) {
 TEST(FioEngine, SharedConnectionCountersComeFromItsOwner) {
   // In lock and sendlist modes the sends are the owner thread's: sens_stats reports the
   // connection's totals (not zeros, as a job's own counters would read).
-  if (!have_engine()) GTEST_SKIP() << "libsens_fio.so not built";
+  if (!have_engine()) GTEST_SKIP() << kNoEngine;
   host::testing::TargetProcess t;
   ASSERT_TRUE(t.ready()) << t.log();
   for (const char* share : {"sendlist", "lock"}) {
@@ -112,7 +116,7 @@ TEST(FioEngine, SharedConnectionCountersComeFromItsOwner) {
 }
 
 TEST(FioEngine, BadTransportIdIsNamed) {
-  if (!have_engine()) GTEST_SKIP() << "libsens_fio.so not built";
+  if (!have_engine()) GTEST_SKIP() << kNoEngine;
   host::testing::TargetProcess t;
   RunResult r = run_command(
       {"/usr/bin/fio", "--name=bad", "--ioengine=external:" + std::string(SENS_FIO_ENGINE),

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "auth/tls_psk.h"
 #include "child_process.h"

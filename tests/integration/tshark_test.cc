@@ -51,10 +51,10 @@ void run_session(uint16_t port, uint8_t digest) {
   nvme::IdentifyNamespace idn{};
   r = s.admin.exec(nvme::make_identify(0, 1), nullptr, 0, &idn, sizeof(idn));
   ASSERT_TRUE(r.ok()) << r.describe();
-  r = s.admin.exec(nvme::make_get_log_page(nvme::log_page::kSmart, 0xFFFFFFFF, 512, 0), nullptr,
-                   0, &idn, 512);
+  r = s.admin.exec(nvme::make_get_log_page(nvme::log_page::kSmart, 0xFFFFFFFF, 512, 0), nullptr, 0,
+                   &idn, 512);
   ASSERT_TRUE(r.ok()) << r.describe();
-  EXPECT_EQ(write_read(s.io, 0, 4096, 1, true), "");     // in-capsule write, C2HData read
+  EXPECT_EQ(write_read(s.io, 0, 4096, 1, true), "");      // in-capsule write, C2HData read
   EXPECT_EQ(write_read(s.io, 256, 65536, 2, false), "");  // R2T + H2CData
   r = s.io.exec(nvme::make_io(nvme::io_op::kFlush, 1, 0, 0, nvme::Xfer::kTransport, 0));
   EXPECT_TRUE(r.ok()) << r.describe();
@@ -95,7 +95,8 @@ bool probe_captured(const std::string& tshark, const std::string& pcap, uint16_t
 
 TEST(Tshark, CapturedSessionDissectsCleanly) {
   const std::string tshark = find_tshark();
-  if (tshark.empty()) GTEST_SKIP() << "tshark is not installed";
+  if (tshark.empty())
+    GTEST_SKIP() << "tshark is not installed (make deps, or apt-get install tshark)";
 
   TempDir dir;
   Child target;
@@ -105,16 +106,18 @@ TEST(Tshark, CapturedSessionDissectsCleanly) {
     ASSERT_TRUE(target.start({SENS_BINARY, "target", "--listen", "127.0.0.1:" + std::to_string(p),
                               "--discovery-port", "0", "--ns", "ram:16M"},
                              dir.file("target.out"), dir.file("target.err")));
-    if (target.wait_for_text(dir.file("target.out"), "listening on", 5000)) port = p;
-    else target.kill_now();
+    if (target.wait_for_text(dir.file("target.out"), "listening on", 5000))
+      port = p;
+    else
+      target.kill_now();
   }
   ASSERT_NE(port, 0) << read_file(dir.file("target.err"));
 
   const std::string pcap = dir.file("session.pcapng");
   Child capture;
-  ASSERT_TRUE(capture.start({tshark, "-i", "lo", "-f", "tcp port " + std::to_string(port), "-w",
-                             pcap},
-                            dir.file("tshark.out"), dir.file("tshark.err")));
+  ASSERT_TRUE(
+      capture.start({tshark, "-i", "lo", "-f", "tcp port " + std::to_string(port), "-w", pcap},
+                    dir.file("tshark.out"), dir.file("tshark.err")));
   ASSERT_TRUE(capture.wait_for_text(dir.file("tshark.err"), "Capturing on", 10000))
       << "tshark did not start capturing: " << read_file(dir.file("tshark.err"));
   // The filter is live once a probe connection shows up in the file (one that came too early
@@ -137,10 +140,10 @@ TEST(Tshark, CapturedSessionDissectsCleanly) {
   const std::string decode = "tcp.port==" + std::to_string(port) + ",nvme-tcp";
   // The dissector verifies header and data digests only when asked; a bad one is an
   // error-level expert note.
-  RunResult bad = run_command({tshark, "-r", pcap, "-d", decode, "-o", "nvme-tcp.check_hdgst:TRUE",
-                               "-o", "nvme-tcp.check_ddgst:TRUE", "-Y",
-                               "_ws.malformed || _ws.expert.severity == error"},
-                              20000);
+  RunResult bad = run_command(
+      {tshark, "-r", pcap, "-d", decode, "-o", "nvme-tcp.check_hdgst:TRUE", "-o",
+       "nvme-tcp.check_ddgst:TRUE", "-Y", "_ws.malformed || _ws.expert.severity == error"},
+      20000);
   ASSERT_EQ(bad.code, 0) << bad.err;
   EXPECT_EQ(bad.out, "") << "malformed or erroneous packets:\n" << bad.out;
 
@@ -158,9 +161,9 @@ TEST(Tshark, CapturedSessionDissectsCleanly) {
   EXPECT_GT(lines, 10u) << all.out;
 
   // The PDU types the session must show: every one the target sends and the host sends.
-  RunResult types = run_command({tshark, "-r", pcap, "-d", decode, "-Y", "nvme-tcp", "-T",
-                                 "fields", "-e", "nvme-tcp.type"},
-                                20000);
+  RunResult types = run_command(
+      {tshark, "-r", pcap, "-d", decode, "-Y", "nvme-tcp", "-T", "fields", "-e", "nvme-tcp.type"},
+      20000);
   ASSERT_EQ(types.code, 0) << types.err;
   std::set<std::string> seen;
   std::string cur;

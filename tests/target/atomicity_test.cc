@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 

@@ -1,6 +1,7 @@
 // Regression tests for defects a production host met (issue 10): each failed before its fix.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -313,8 +314,8 @@ TEST_F(FileNsTest, WriteZeroesWithFuaFlushesTheCache) {
   ASSERT_TRUE(z.ok()) << z.describe();
   // (one fdatasync after fallocate, or RWF_DSYNC zero writes where the file system cannot
   // zero a range)
-  EXPECT_GT(cache_flushes(), before) << "FUA Write Zeroes completed without a flush: "
-                                     << target_->stats_json()["reactors"].dump();
+  EXPECT_GT(cache_flushes(), before)
+      << "FUA Write Zeroes completed without a flush: " << target_->stats_json()["reactors"].dump();
 }
 
 // DLFEAT (Identify Namespace) used to claim "deallocated blocks read as zeroes" for every
@@ -334,7 +335,8 @@ TEST_F(FileNsTest, DeallocatedBlocksReadAsZeroesOnlyWhereTheBackendZeroes) {
   ASSERT_EQ(ftruncate(fd, 8 << 20), 0);
   ::close(fd);
   std::string out;
-  if (FILE* p = popen(("losetup --find --show " + std::string(name) + " 2>/dev/null").c_str(), "r")) {
+  if (FILE* p =
+          popen(("losetup --find --show " + std::string(name) + " 2>/dev/null").c_str(), "r")) {
     char line[256];
     if (fgets(line, sizeof line, p)) out = line;
     pclose(p);
@@ -342,7 +344,8 @@ TEST_F(FileNsTest, DeallocatedBlocksReadAsZeroesOnlyWhereTheBackendZeroes) {
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
   if (out.empty()) {
     ::unlink(name);
-    GTEST_SKIP() << "no loop device here (losetup failed): the block-device half is untested";
+    GTEST_SKIP() << "no loop device here (losetup failed; it needs root and the loop module: "
+                    "modprobe loop): the block-device half is untested";
   }
   auto cfg = test_config();
   cfg.subsystems = {{kNqn, {"file:" + out}, {}}};
