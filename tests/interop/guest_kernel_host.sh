@@ -1,4 +1,4 @@
-# Runs inside the linuxvm guest (busybox sh): the Linux kernel's nvme-tcp host against a
+# Runs inside the test VM (BusyBox sh): the Linux kernel's nvme-tcp host against a
 # sens target on the host. Guest 10.0.2.100:4420 / :8009 are forwarded to the target.
 # Every step prints "@@NOTE STEP <name> ok|FAIL"; the exit status is the number of failures.
 . /files/guest_common.sh

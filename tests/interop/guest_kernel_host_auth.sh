@@ -1,4 +1,4 @@
-# Runs inside the linuxvm guest (busybox sh): the Linux kernel's DH-HMAC-CHAP against a sens
+# Runs inside the test VM (BusyBox sh): the Linux kernel's DH-HMAC-CHAP against a sens
 # target on the host (guest 10.0.2.100:4420). Every step prints "@@NOTE STEP <name> ok|FAIL";
 # the exit status is the number of failures.
 . /files/guest_common.sh

@@ -1,4 +1,4 @@
-# Runs inside the linuxvm guest (busybox sh), driven by kernel_host_fs.sh: the Linux
+# Runs inside the test VM (BusyBox sh), driven by kernel_host_fs.sh: the Linux
 # kernel's nvme-tcp host against a sens target on the host (guest 10.0.2.100:4420).
 #   NQN       a RAM namespace: ext4 (mkfs with its discard, files, fsck, remount, online
 #             discard), blkdiscard, then fio under load (iodepth 32, 4 jobs, 2 and 4 queues)
@@ -149,8 +149,8 @@ restart_steps() {
   step restart-reconnected $rc
   # Expected while the target is gone: error recovery, a keep-alive cut short, failed
   # reconnects, failed sends on the dead socket, and the relay's (socat's) own error
-  # message, which the harness's user-mode network puts into the guest's stream ("2026/...",
-  # read as PDU type 50).
+  # message, which QEMU's user-mode network (run.py --guestfwd) puts into the guest's stream
+  # ("2026/...", read as PDU type 50).
   dmesg | tail -n +$((d0 + 1)) | grep -E "$DMESG_ERRORS" |
     grep -E "nvme $CTRL: (starting error recovery|failed nvme_keep_alive_end_io error=|receive failed: +-22|unsupported pdu type \(50\)|failed to send request -(32|104)|failed to connect socket|Failed reconnect)" \
       >> /tmp/dmesg.allowed

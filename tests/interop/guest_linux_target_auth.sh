@@ -1,11 +1,10 @@
-# Runs inside the linuxvm guest (busybox sh): the Linux kernel target (nvmet-tcp) on guest
+# Runs inside the test VM (BusyBox sh): the Linux kernel target (nvmet-tcp) on guest
 # port 4420 with DH-HMAC-CHAP keys in configfs, for sens as the host. One subsystem; three
 # allowed hosts, each with its own key, hash and DH group (HOSTS: "NQN,KEY,CTRLKEY,HASH,GROUP"
 # separated by spaces; CTRLKEY "-" for none). Prints TARGET_READY, then holds until the host
 # connects to guest port 5555 or HOLD seconds pass.
-. /lib/nvmet.sh
+. /files/guest_common.sh
 set -e
-NQN=${NQN:-nqn.2024-01.io.linuxvm:auth}
 DEV=$(nullblk_dev ${SIZE_MB:-256} 1)
 nvmet_load
 nvmet_subsys "$NQN"

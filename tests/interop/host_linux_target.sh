@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sens as the host against the Linux kernel target (nvmet-tcp) in the linuxvm harness:
+# sens as the host against the Linux kernel target (nvmet-tcp) in the test VM (tests/interop/vm):
 # sens discover, sens identify and sens perf --verify (randrw 4k, randwrite 128k through R2T,
 # and one run with header and data digests), each over 2 I/O queues at qd 8.
 # Usage: tests/interop/host_linux_target.sh [path/to/sens]    Exit 0 only if every step passed.
@@ -7,13 +7,13 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 SENS=$(realpath "${1:-$ROOT/build/sens}")
-LINUXVM=${LINUXVM:-$(realpath "$ROOT/../shared/linuxvm")}
+VMDIR=${SENS_VM_DIR:-$HERE/vm}
 NAME=host_linux_target
-NQN=nqn.2024-01.io.linuxvm:export
+NQN=nqn.2026-11.dev.sens:linux-target
 TIME=${TIME:-3}
 . "$HERE/linux_target_vm.sh"
 [ -x "$SENS" ] || { echo "$NAME: no sens binary at $SENS" >&2; exit 2; }
-start_linux_target "$LINUXVM/tests/target_export.sh" --env HOLD=400 --env SIZE_MB=256
+start_linux_target guest_linux_target.sh --env HOLD=400 --env SIZE_MB=256 --env NQN=$NQN
 
 TRID="trtype:tcp traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN"
 VERIFIED="verify: [1-9][0-9]* blocks checked, 0 failed"

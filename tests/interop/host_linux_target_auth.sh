@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# sens as the host against the Linux kernel target (nvmet-tcp, linuxvm) with DH-HMAC-CHAP keys
-# set in configfs: sens identify and sens perf --verify with SHA-256 / null group, SHA-384 /
+# sens as the host against the Linux kernel target (nvmet-tcp, in the test VM) with DH-HMAC-CHAP
+# keys set in configfs: sens identify and sens perf --verify with SHA-256 / null group, SHA-384 /
 # ffdhe2048 with bidirectional authentication, SHA-512 / ffdhe4096; and a wrong key, a wrong
 # controller key and no key, which must fail with a reason.
 # Usage: tests/interop/host_linux_target_auth.sh [path/to/sens]    Exit 0 only if every step passed.
@@ -8,8 +8,8 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 SENS=$(realpath "${1:-$ROOT/build/sens}")
-LINUXVM=${LINUXVM:-$(realpath "$ROOT/../shared/linuxvm")}
-NQN=nqn.2024-01.io.linuxvm:auth
+VMDIR=${SENS_VM_DIR:-$HERE/vm}
+NQN=nqn.2026-11.dev.sens:linux-target-auth
 TIME=${TIME:-3}
 NAME=host_linux_target_auth
 . "$HERE/linux_target_vm.sh"
@@ -25,7 +25,6 @@ K3=$(nvme gen-dhchap-key --hmac=0 --key-length=64)
 BAD=$(nvme gen-dhchap-key --hmac=0 --key-length=32)
 HOSTS="$H1,$K1,-,sha256,null $H2,$K2,$C2,sha384,ffdhe2048 $H3,$K3,-,sha512,ffdhe4096"
 
-cd "$HERE"
 start_linux_target guest_linux_target_auth.sh --env HOLD=400 --env "HOSTS=$HOSTS" --env NQN=$NQN
 
 trid() { echo "trtype:tcp traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN hostnqn:$1"; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fio engine (libsens_fio.so, next to the sens binary) against the Linux kernel target
-# (nvmet-tcp) in the linuxvm harness: fio with --ioengine=external:libsens_fio.so and
+# (nvmet-tcp) in the test VM (tests/interop/vm): fio with --ioengine=external:libsens_fio.so and
 # verify=crc32c, 4k random writes (in-capsule), 128k random read/write (through R2T), and
 # 4 threads sharing 2 connections (sendlist, then lock).
 # Usage: tests/interop/host_linux_target_fio.sh [path/to/sens]   Exit 0 only if every step passed.
@@ -8,8 +8,8 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 SENS=$(realpath "${1:-$ROOT/build/sens}")
-LINUXVM=${LINUXVM:-$(realpath "$ROOT/../shared/linuxvm")}
-NQN=nqn.2024-01.io.linuxvm:export
+VMDIR=${SENS_VM_DIR:-$HERE/vm}
+NQN=nqn.2026-11.dev.sens:linux-target
 NAME=host_linux_target_fio
 . "$HERE/linux_target_vm.sh"
 [ -x "$SENS" ] || { echo "$NAME: no sens binary at $SENS" >&2; exit 2; }
@@ -17,7 +17,7 @@ ENGINE=$(dirname "$SENS")/libsens_fio.so
 FIO=${FIO:-$(command -v fio)}
 [ -f "$ENGINE" ] || { echo "$NAME: no fio engine at $ENGINE (make deps fetches fio's source)" >&2; exit 2; }
 [ -x "$FIO" ] || { echo "$NAME: no fio" >&2; exit 2; }
-start_linux_target "$LINUXVM/tests/target_export.sh" --env HOLD=400 --env SIZE_MB=256
+start_linux_target guest_linux_target.sh --env HOLD=400 --env SIZE_MB=256 --env NQN=$NQN
 
 TRID="trtype:tcp traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN"
 FIO_COMMON=(--ioengine="external:$ENGINE" --sens_trid="$TRID" --verify=crc32c --do_verify=1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Linux kernel's NVMe/TCP host (in QEMU, ../shared/linuxvm) against `sens target`:
+# The Linux kernel's NVMe/TCP host (in QEMU, tests/interop/vm) against `sens target`:
 # nvme discover, nvme connect with and without digests, fio verify for 4 KiB randrw
 # (in-capsule writes) and 128 KiB randwrite (R2T writes), flush, disconnect, and a host that
 # the allowed-hosts list refuses; then no unexpected I/O errors in the kernel's log.
@@ -8,9 +8,8 @@
 set -euo pipefail
 SENS=$(realpath "${1:?usage: kernel_host.sh path/to/sens}")
 HERE=$(cd "$(dirname "$0")" && pwd)
-LINUXVM=${LINUXVM:-$(cd "$HERE/../../../shared/linuxvm" 2>/dev/null && pwd || true)}
-[ -x "$LINUXVM/run.sh" ] || { echo "kernel_host: no linuxvm harness at $LINUXVM" >&2; exit 2; }
-"$LINUXVM/build.sh" > /dev/null
+VMDIR=${SENS_VM_DIR:-$HERE/vm} # the Linux VM: build.sh makes (or checks) it, run.py boots it
+"$VMDIR/build.sh" || { echo "kernel_host: the test VM cannot be built (see above)" >&2; exit 2; }
 
 WORK=$(mktemp -d)
 trap 'kill $TPID 2> /dev/null || true; wait 2> /dev/null || true; rm -rf "$WORK"' EXIT
@@ -48,7 +47,7 @@ grep -q "listening on" "$WORK/target.log" || { cat "$WORK/target.log"; exit 1; }
 
 cd "$HERE"
 rc=0
-"$LINUXVM/run.sh" guest_kernel_host.sh -q --timeout 400 --guestfwd 4420:$PORT --guestfwd 8009:$DPORT \
+"$VMDIR/run.py" guest_kernel_host.sh -q --timeout 400 --guestfwd 4420:$PORT --guestfwd 8009:$DPORT \
   --file guest_common.sh --env NQN=$NQN --env DENY_NQN=$DENY --log "$WORK/vm.log" > /dev/null || rc=$?
 grep -E '@@NOTE (STEP|FAILURES)|^\[[ 0-9.]*\] +dmesg: ' "$WORK/vm.log" | sed 's/^\[[ 0-9.]*\] //'
 kill -INT $TPID

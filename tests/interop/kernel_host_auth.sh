@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DH-HMAC-CHAP with the Linux kernel's NVMe/TCP host (in QEMU, ../shared/linuxvm) against
+# DH-HMAC-CHAP with the Linux kernel's NVMe/TCP host (in QEMU, tests/interop/vm) against
 # `sens target`: nvme connect --dhchap-secret (and --dhchap-ctrl-secret) with each hash
 # (SHA-256/384/512) and the null, ffdhe2048, ffdhe3072 and ffdhe4096 groups, fio verify after
 # authenticating, re-authentication through sysfs, and connects with a wrong or a missing key
@@ -8,9 +8,8 @@
 set -euo pipefail
 SENS=$(realpath "${1:?usage: kernel_host_auth.sh path/to/sens}")
 HERE=$(cd "$(dirname "$0")" && pwd)
-LINUXVM=${LINUXVM:-$(cd "$HERE/../../../shared/linuxvm" 2>/dev/null && pwd || true)}
-[ -x "$LINUXVM/run.sh" ] || { echo "kernel_host_auth: no linuxvm harness at $LINUXVM" >&2; exit 2; }
-"$LINUXVM/build.sh" > /dev/null
+VMDIR=${SENS_VM_DIR:-$HERE/vm} # the Linux VM: build.sh makes (or checks) it, run.py boots it
+"$VMDIR/build.sh" || { echo "kernel_host_auth: the test VM cannot be built (see above)" >&2; exit 2; }
 
 WORK=$(mktemp -d)
 trap 'kill $TPID 2> /dev/null || true; wait 2> /dev/null || true; rm -rf "$WORK"' EXIT
@@ -52,7 +51,7 @@ grep -q "listening on" "$WORK/target.log" || { cat "$WORK/target.log"; exit 1; }
 
 cd "$HERE"
 rc=0
-"$LINUXVM/run.sh" guest_kernel_host_auth.sh -q --timeout 500 --guestfwd 4420:$PORT \
+"$VMDIR/run.py" guest_kernel_host_auth.sh -q --timeout 500 --guestfwd 4420:$PORT \
   --file guest_common.sh --env "PAIRS=$PAIRS" --env "HOSTNQN=$HOSTNQN" --env "HOSTID=$HOSTID" \
   --env "KEY=$KEY" --env "CKEY=$CKEY" --env "BADKEY=$BADKEY" \
   --log "$WORK/vm.log" > /dev/null || rc=$?

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Linux kernel's NVMe/TCP host (in QEMU, ../shared/linuxvm) against `sens target`, one
+# The Linux kernel's NVMe/TCP host (in QEMU, tests/interop/vm) against `sens target`, one
 # VM boot (guest_kernel_host_fs.sh): ext4 on a RAM namespace (mkfs with discard, files,
 # fsck, remount and checksums, online discard, blkdiscard); fio at iodepth 32 x 4 jobs over
 # 2 and 4 I/O queues, verified; and a target killed (SIGKILL) and restarted on the same
@@ -9,9 +9,8 @@
 set -euo pipefail
 SENS=$(realpath "${1:?usage: kernel_host_fs.sh path/to/sens}")
 HERE=$(cd "$(dirname "$0")" && pwd)
-LINUXVM=${LINUXVM:-$(cd "$HERE/../../../shared/linuxvm" 2>/dev/null && pwd || true)}
-[ -x "$LINUXVM/run.sh" ] || { echo "kernel_host_fs: no linuxvm harness at $LINUXVM" >&2; exit 2; }
-"$LINUXVM/build.sh" > /dev/null
+VMDIR=${SENS_VM_DIR:-$HERE/vm} # the Linux VM: build.sh makes (or checks) it, run.py boots it
+"$VMDIR/build.sh" || { echo "kernel_host_fs: the test VM cannot be built (see above)" >&2; exit 2; }
 
 WORK=$(mktemp -d)
 TPID= VM=
@@ -60,7 +59,7 @@ done
 [ -n "$TPID" ] || { cat "$WORK/target.log"; exit 1; }
 
 cd "$HERE"
-"$LINUXVM/run.sh" guest_kernel_host_fs.sh -q --timeout 500 --guestfwd 4420:$PORT \
+"$VMDIR/run.py" guest_kernel_host_fs.sh -q --timeout 500 --guestfwd 4420:$PORT \
   --file guest_common.sh --share "$WORK/share" --env NQN=$NQN --env FILE_NQN=$FILE_NQN \
   --log "$WORK/vm.log" > /dev/null &
 VM=$!

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multipath over two sens gateways (issue 14): two `sens target` processes on two ports serve
 # one subsystem and the same file namespace (same uuid=, so the same NSID/NGUID/UUID); A is
-# ANA optimized, B non-optimized. The Linux host (QEMU, ../shared/linuxvm) connects to both,
+# ANA optimized, B non-optimized. The Linux host (QEMU, tests/interop/vm) connects to both,
 # must see two paths with those states and one multipath device, and runs fio verify on it
 # while this script kills gateway A mid-run and restarts it: 0 fio errors, the host logs the
 # path change, and the path comes back live.
@@ -9,9 +9,8 @@
 set -euo pipefail
 SENS=$(realpath "${1:?usage: kernel_host_multipath.sh path/to/sens}")
 HERE=$(cd "$(dirname "$0")" && pwd)
-LINUXVM=${LINUXVM:-$(cd "$HERE/../../../shared/linuxvm" 2>/dev/null && pwd || true)}
-[ -x "$LINUXVM/run.sh" ] || { echo "kernel_host_multipath: no linuxvm harness at $LINUXVM" >&2; exit 2; }
-"$LINUXVM/build.sh" > /dev/null
+VMDIR=${SENS_VM_DIR:-$HERE/vm} # the Linux VM: build.sh makes (or checks) it, run.py boots it
+"$VMDIR/build.sh" || { echo "kernel_host_multipath: the test VM cannot be built (see above)" >&2; exit 2; }
 
 WORK=$(mktemp -d)
 APID= BPID= VPID=
@@ -56,7 +55,7 @@ grep -q "listening on" "$WORK/b.log" || { cat "$WORK"/*.log; exit 1; }
 
 cd "$HERE"
 rc=0
-"$LINUXVM/run.sh" guest_kernel_host_multipath.sh -q --timeout 500 --guestfwd 4420:$PA \
+"$VMDIR/run.py" guest_kernel_host_multipath.sh -q --timeout 500 --guestfwd 4420:$PA \
   --guestfwd 4421:$PB --file guest_common.sh --env NQN=$NQN --env RUNTIME=45 \
   --log "$WORK/vm.log" > /dev/null &
 VPID=$!

@@ -1,25 +1,27 @@
 # Sourced by tests/interop/host_linux_target*.sh (bash): the Linux kernel target (nvmet-tcp) in
-# the linuxvm harness, with sens as the host. The caller sets NAME (its own name, for messages)
-# and LINUXVM, then calls start_linux_target; checks go through check.
+# the test VM (tests/interop/vm), with sens as the host. The caller sets NAME (its own name, for
+# messages) and VMDIR, then calls start_linux_target; checks go through check.
 
 # freeport: a TCP port on 127.0.0.1 that nothing listens on now.
 freeport() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
-# start_linux_target GUEST-SCRIPT [run.sh options...]: boots the VM running GUEST-SCRIPT (it must
-# print TARGET_READY once nvmet listens on guest port 4420, then hold until guest port 5555 is
-# connected to) and waits until it is ready. Sets PORT (host port of the target), VM, LOG; the
-# VM is released (powered off) when the calling script exits. Exits 2 if it never gets ready.
+# start_linux_target GUEST-SCRIPT [run.py options...]: boots the VM running GUEST-SCRIPT of this
+# folder, with guest_common.sh (it must print TARGET_READY once nvmet listens on guest port 4420,
+# then hold until guest port 5555 is connected to) and waits until it is ready. Sets PORT (host
+# port of the target), VM, LOG; the VM is released (powered off) when the calling script exits.
+# Exits 2 if it never gets ready.
 start_linux_target() {
   local script=$1
   shift
-  "$LINUXVM/build.sh" > /dev/null || { echo "$NAME: linuxvm build failed" >&2; exit 2; }
+  "$VMDIR/build.sh" || { echo "$NAME: the test VM cannot be built (see above)" >&2; exit 2; }
   PORT=$(freeport)
   RELEASE_PORT=$(freeport)
   LOG=$(mktemp "/tmp/$NAME.XXXXXX.log")
-  "$LINUXVM/run.sh" "$script" --hostfwd "$PORT:4420" --hostfwd "$RELEASE_PORT:5555" \
-    --log "$LOG" -q "$@" &
+  # (QEMU accepts on PORT at once, before nvmet listens in the guest: hence TARGET_READY.)
+  "$VMDIR/run.py" "$HERE/$script" --file "$HERE/guest_common.sh" --hostfwd "$PORT:4420" \
+    --hostfwd "$RELEASE_PORT:5555" --timeout 600 --log "$LOG" -q "$@" &
   VM=$!
   trap release_linux_target EXIT
   for _ in $(seq 240); do

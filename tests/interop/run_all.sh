@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# `make interop`: sens against the real Linux kernel (QEMU, ../shared/linuxvm), both ways.
+# `make interop`: sens against the real Linux kernel (QEMU, the VM of tests/interop/vm), both ways.
 # Each test's output is kept; at the end the failed tests are named and the tail of each one's
 # output is printed again, so that the end of a long CI log says what failed and why.
 set -uo pipefail
 SENS=${1:?usage: run_all.sh path/to/sens}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# The VM first: if it cannot be had (no QEMU, no kernel package), that is said once, here.
+t0=$SECONDS
+"${SENS_VM_DIR:-$HERE/vm}/build.sh" || { echo "interop: the test VM cannot be built (see above)"; exit 2; }
+echo "==== test VM ready in $((SECONDS - t0)) s"
 OUTS=$(mktemp -d)
 trap 'rm -rf "$OUTS"' EXIT
 fails=0 passes=0 failed=()
