@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 # What building `sens` needs (make demo installs only these), then what the tests, the
 # sanitizer and fuzz builds (clang, libclang-rt-14-dev), the fio engine and the interop and
 # bench scripts need on top (make test, make deps).
-BUILD_PACKAGES := cmake g++ make pkg-config liburing-dev libisal-dev libssl-dev libcli11-dev \
+BUILD_PACKAGES := cmake ninja-build g++ make pkg-config liburing-dev libisal-dev libssl-dev libcli11-dev \
 	nlohmann-json3-dev python3
 TEST_PACKAGES := googletest libgtest-dev fio nvme-cli tshark gnuplot iproute2 procps \
 	clang libclang-rt-14-dev librbd-dev librados-dev
@@ -52,10 +52,10 @@ fio-src:
 
 # Configured every time (about a second): what `make deps` installed since the last run (the
 # test framework, librbd, fio's sources) is found, so a tree first built by `make demo` grows
-# its tests and backends when `make test` runs.
+# its tests and backends when `make test` runs. Ninja, not Makefiles: it compiles the objects
+# of a target while the libraries that target links are still being built.
 configure:
-	@mkdir -p $(BUILD) && cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  > $(BUILD)/configure.log 2>&1 || { cat $(BUILD)/configure.log; exit 1; }
+	@./scripts/configure.sh $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 # Only the `sens` binary: what the demo runs.
 sens: deps-build configure
@@ -69,28 +69,24 @@ build: deps configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 
-# Where the compile time goes: every translation unit compiled again, one at a time, the
-# slowest listed (scripts/build_times.sh; README, development notes).
+# Where the compile time goes: a build from scratch with every compile timed, the slowest
+# translation units listed (scripts/build_times.sh; README, development notes).
 build-times: deps
 	./scripts/build_times.sh
 
 # The unit and integration tests again, built with ASan + UBSan (the `sens` children too);
 # any sanitizer report fails the run. clang: it builds this with 60% of gcc's CPU time, and
 # gcc's UBSan (next to its ASan) ignores log_path, which tests/sanitize.sh relies on.
-$(ASAN_BUILD)/Makefile: CMakeLists.txt
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
-	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DSENS_SANITIZE=ON > /dev/null
-
-sanitize: deps $(ASAN_BUILD)/Makefile
+sanitize: deps
+	@./scripts/configure.sh $(ASAN_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DSENS_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	./tests/sanitize.sh $(ASAN_BUILD)
 
 # libFuzzer targets (clang), each run FUZZ_SECONDS over tests/fuzz/corpus; a crash, hang,
 # leak or sanitizer report fails the run.
-$(FUZZ_BUILD)/Makefile: CMakeLists.txt
-	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DSENS_FUZZ=ON > /dev/null
-
-fuzz: deps $(FUZZ_BUILD)/Makefile
+fuzz: deps
+	@./scripts/configure.sh $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DSENS_FUZZ=ON
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_pdu_reader fuzz_target_dispatch fuzz_reservation_record
 	./tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 

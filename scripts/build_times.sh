@@ -9,7 +9,7 @@ TARGET=${1:-all}
 TOP=${2:-20}
 DIR=build-times
 rm -rf "$DIR"
-cmake -S . -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+./scripts/configure.sh "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER_LAUNCHER="$PWD/scripts/time_compile.sh" \
   -DCMAKE_C_COMPILER_LAUNCHER="$PWD/scripts/time_compile.sh" > /dev/null
 export SENS_COMPILE_TIMES=$PWD/$DIR/compile-times.tsv SENS_SOURCE_DIR=$PWD
