@@ -22,4 +22,6 @@ wall=$((SECONDS - t0))
 echo "build of '$TARGET' with $(nproc) jobs: ${wall} s wall, load average $(cut -d' ' -f1-3 /proc/loadavg);" \
   "$(wc -l < "$SENS_COMPILE_TIMES") translation units, $(awk '{s += $1} END {printf "%.0f", s}' "$SENS_COMPILE_TIMES") CPU s of compiling"
 echo "the $TOP slowest (CPU seconds, wall seconds, file):"
-sort -rn "$SENS_COMPILE_TIMES" | head -n "$TOP" | awk -F'\t' '{printf "  %6.1f %6.1f  %s\n", $1, $2, $3}'
+sort -rn "$SENS_COMPILE_TIMES" | head -n "$TOP" |
+  sed -E 's#[^\t]*CMakeFiles/([^/]*)\.dir/Unity/[^\t]*#(the unity file of target \1)#' |
+  awk -F'\t' '{printf "  %6.1f %6.1f  %s\n", $1, $2, $3}'
