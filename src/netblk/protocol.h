@@ -1,6 +1,6 @@
 #pragma once
 // The NBLK protocol (netblk): a block device over UDP. One 30-byte big-endian header shared by
-// requests and replies; see docs/netblk.md and the reference in shared/reference/nblk.md.
+// requests and replies; docs/netblk.md, "The wire format", has every field.
 #include <cstdint>
 #include <string>
 
