@@ -7,11 +7,11 @@
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <nlohmann/json.hpp>
 
 #include "coalesce/stats_json.h"
 #include "common/log.h"

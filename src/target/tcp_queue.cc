@@ -2,11 +2,11 @@
 
 #include <sys/socket.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "coalesce/stats_json.h"
 #include "common/crc32c.h"

@@ -1,12 +1,12 @@
 // `sens target`: serve namespaces over NVMe/TCP.
 #include <signal.h>
 #include <sys/resource.h>
-#include <nlohmann/json.hpp>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "common/units.h"

@@ -1,12 +1,12 @@
 // Regression tests for defects a production host met (issue 10): each failed before its fix.
 #include <gtest/gtest.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
