@@ -611,6 +611,18 @@ bool TcpQueue::park_aer(Request& r) {
   return true;
 }
 
+bool TcpQueue::retire_aer(uint16_t cid) {
+  for (uint32_t i = 0; i < aer_outstanding_; ++i) {
+    Request& r = slots_[aer_parked_[i]]->req;
+    if (r.sqe.cid != cid) continue;
+    --aer_outstanding_;
+    for (uint32_t j = i; j < aer_outstanding_; ++j) aer_parked_[j] = aer_parked_[j + 1];
+    release(r);
+    return true;
+  }
+  return false;
+}
+
 void TcpQueue::deliver_events() {
   if (closed_ || qid_ != 0 || !ctrl_ || aer_outstanding_ == 0) return;
   constexpr uint32_t kAecAnaChange = 1u << 11;

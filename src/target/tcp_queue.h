@@ -142,6 +142,8 @@ class TcpQueue final : public CommandQueue,
   void set_max_plen();
   bool cid_in_use(uint16_t cid) const;
   void set_cid(uint16_t cid, bool on);
+  // Frees the outstanding AER with this CID, if there is one, without answering it.
+  bool retire_aer(uint16_t cid);
 
   int fd_;
   uint64_t id_;

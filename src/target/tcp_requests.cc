@@ -31,8 +31,11 @@ void TcpQueue::start(Request& r) {
   if (r.pending_status != st::kSuccess) return complete(r, r.pending_status);
   const nvme::Sqe& s = r.sqe;
   // A CID still outstanding: the host has lost track. Its CQE carries the same CID as the
-  // outstanding one, but the first command still runs to completion, intact.
-  if (cid_in_use(s.cid)) return complete(r, st::kCidConflict);
+  // outstanding one, but the first command still runs to completion, intact. Except an AER's:
+  // hosts (SPDK's) complete their AERs themselves when they shut a controller down and reuse
+  // the CIDs, so the new command retires the AER unanswered and runs (the Linux and SPDK
+  // targets accept it too).
+  if (cid_in_use(s.cid) && !(qid_ == 0 && retire_aer(s.cid))) return complete(r, st::kCidConflict);
   set_cid(s.cid, true);
   r.owns_cid = true;
   // NVMe/TCP carries data in SGLs only (PSDT 01b), and fused operations are not supported.

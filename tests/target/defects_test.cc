@@ -101,20 +101,40 @@ TEST_F(TargetFixture, PsdtAndFuseAreChecked) {
 }
 
 // A command whose CID is still outstanding is refused with Command ID Conflict; the
-// outstanding one is untouched and its CID is usable again once it completes.
+// outstanding one is untouched and its CID is usable again once it completes. (An outstanding
+// AER's CID is the exception: queue_test.cc, CommandReusingAnAerCidRetiresTheAer.)
 TEST_F(TargetFixture, DuplicateOutstandingCidIsAConflict) {
   Session s;
   ASSERT_EQ(s.open(port_, kNqn), "");
-  auto aer = nvme::make_async_event();  // stays outstanding until an event
-  aer.cid = 900;
-  ASSERT_TRUE(s.admin.send_bytes(s.admin.capsule_bytes(aer)));
-  auto ka = nvme::make_keep_alive();
-  ka.cid = 900;
-  Result r = s.admin.exec(ka, nullptr, 0, nullptr, 0, /*keep_cid=*/true);
-  ASSERT_TRUE(r.have_cqe) << r.describe();
-  EXPECT_EQ(r.status(), st::kCidConflict) << r.describe();
-  ka.cid = 901;
-  EXPECT_TRUE(s.admin.exec(ka, nullptr, 0, nullptr, 0, true).ok());
+  // A write past the in-capsule size waits for its data (R2T) while a read with its CID comes.
+  std::vector<uint8_t> data = pattern(16384, 21);
+  auto wr = nvme::make_io(nvme::io_op::kWrite, 1, 0, 32, Xfer::kTransport, 16384);
+  wr.cid = 77;
+  ASSERT_TRUE(s.io.send_bytes(s.io.capsule_bytes(wr)));
+  Pdu p;
+  ASSERT_EQ(s.io.recv_pdu(&p), RecvStatus::kOk) << s.io.last_error();
+  ASSERT_EQ(p.type(), uint8_t(pdu::Type::kR2T));
+  auto r2t = p.as<pdu::R2T>();
+  ASSERT_EQ(r2t.cccid, 77);
+  auto dup = nvme::make_io(nvme::io_op::kRead, 1, 0, 8, Xfer::kTransport, 4096);
+  dup.cid = 77;
+  ASSERT_TRUE(s.io.send_bytes(s.io.capsule_bytes(dup)));
+  ASSERT_EQ(s.io.recv_pdu(&p), RecvStatus::kOk) << s.io.last_error();
+  ASSERT_EQ(p.type(), uint8_t(pdu::Type::kCapsuleResp));
+  EXPECT_EQ(p.as<pdu::CapsuleResp>().cqe.cid, 77);
+  EXPECT_EQ(p.as<pdu::CapsuleResp>().cqe.status_code(), st::kCidConflict);
+  // The write itself goes on: its data, its success, and the data is there.
+  ASSERT_EQ(r2t.r2to, 0u);
+  ASSERT_EQ(r2t.r2tl, 16384u);
+  ASSERT_TRUE(s.io.send_bytes(s.io.h2c_bytes(77, r2t.ttag, 0, data.data(), 16384, true)));
+  ASSERT_EQ(s.io.recv_pdu(&p), RecvStatus::kOk) << s.io.last_error();
+  ASSERT_EQ(p.type(), uint8_t(pdu::Type::kCapsuleResp));
+  EXPECT_EQ(p.as<pdu::CapsuleResp>().cqe.cid, 77);
+  EXPECT_TRUE(p.as<pdu::CapsuleResp>().cqe.ok());
+  std::vector<uint8_t> got(16384);
+  auto rd16 = nvme::make_io(nvme::io_op::kRead, 1, 0, 32, Xfer::kTransport, 16384);
+  ASSERT_TRUE(s.io.exec(rd16, nullptr, 0, got.data(), 16384).ok());
+  EXPECT_EQ(first_difference(got, data), -1);
   // On an I/O queue: two reads with one CID pipelined in one send; a completed CID is free.
   std::vector<uint8_t> back(4096);
   auto rd = nvme::make_io(nvme::io_op::kRead, 1, 0, 8, Xfer::kTransport, 4096);

@@ -127,6 +127,40 @@ TEST_F(TargetFixture, AsyncEventRequestLimit) {
   EXPECT_EQ(write_read(s.io, 0, 4096, 6, true), "");
 }
 
+// SPDK's host completes its outstanding AERs by itself when it shuts a controller down, without
+// telling the target, and reuses their CIDs: its Property Get of CC came with the CID of an AER
+// the target still held and was refused with Command ID Conflict, so CC.SHN was never set
+// (issue 29). A new admin command with an outstanding AER's CID retires that AER silently (no
+// completion is sent for it, and its slot counts no more) and runs.
+TEST_F(TargetFixture, CommandReusingAnAerCidRetiresTheAer) {
+  Session s;
+  ASSERT_EQ(s.open(port_, kNqn), "");
+  for (uint16_t cid = 900; cid < 900 + target::kAerLimit; ++cid) {
+    auto sqe = nvme::make_async_event();
+    sqe.cid = cid;
+    ASSERT_TRUE(s.admin.send_bytes(s.admin.capsule_bytes(sqe)));
+  }
+  ASSERT_TRUE(s.admin.quiet(50)) << "an AER completed with no event";
+  auto get_cc = nvme::make_property_get(0x14, false);  // CC
+  get_cc.cid = 903;
+  ASSERT_TRUE(s.admin.send_bytes(s.admin.capsule_bytes(get_cc)));
+  Result r = s.admin.await(903, nullptr, 0, nullptr, 0);
+  ASSERT_TRUE(r.have_cqe) << r.describe();
+  EXPECT_EQ(r.status(), st::kSuccess) << r.describe();
+  EXPECT_EQ(r.cqe.dw0 & 1, 1u) << "CC.EN of an enabled controller";
+  EXPECT_TRUE(s.admin.quiet(50)) << "the retired AER was answered after all";
+  // Its slot is free again: one more AER is held, not refused with the limit...
+  auto aer = nvme::make_async_event();
+  aer.cid = 950;
+  ASSERT_TRUE(s.admin.send_bytes(s.admin.capsule_bytes(aer)));
+  EXPECT_TRUE(s.admin.quiet(50)) << "the AER that takes the freed place was answered";
+  // ...and the one after it is.
+  r = s.admin.exec(nvme::make_async_event());
+  ASSERT_TRUE(r.have_cqe) << r.describe();
+  EXPECT_EQ(r.status(), st::kAsyncEventLimit) << r.describe();
+  EXPECT_EQ(write_read(s.io, 0, 4096, 7, true), "");
+}
+
 // An Identify whose SGL describes no data cannot be answered with an empty C2HData (a data
 // PDU without data is malformed): it must fail with a status.
 TEST_F(TargetFixture, IdentifyWithZeroLengthSgl) {
@@ -219,8 +253,8 @@ TEST_F(TwoReactorTest, ControllerSpansReactors) {
     EXPECT_EQ(write_read(io2, 8192 + uint64_t(i) * 256, 4096, uint32_t(50 + i), true), "");
   }
   nvme::SmartLog smart{};
-  r = s.admin.exec(nvme::make_get_log_page(nvme::log_page::kSmart, 0xFFFFFFFF, 512, 0), nullptr,
-                   0, &smart, sizeof(smart));
+  r = s.admin.exec(nvme::make_get_log_page(nvme::log_page::kSmart, 0xFFFFFFFF, 512, 0), nullptr, 0,
+                   &smart, sizeof(smart));
   ASSERT_TRUE(r.ok()) << r.describe();
   uint64_t writes = 0, reads = 0;
   std::memcpy(&writes, smart.host_writes, 8);
