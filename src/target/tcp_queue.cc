@@ -611,16 +611,11 @@ bool TcpQueue::park_aer(Request& r) {
   return true;
 }
 
-bool TcpQueue::retire_aer(uint16_t cid) {
-  for (uint32_t i = 0; i < aer_outstanding_; ++i) {
-    Request& r = slots_[aer_parked_[i]]->req;
-    if (r.sqe.cid != cid) continue;
-    --aer_outstanding_;
-    for (uint32_t j = i; j < aer_outstanding_; ++j) aer_parked_[j] = aer_parked_[j + 1];
-    release(r);
-    return true;
-  }
-  return false;
+Request& TcpQueue::unpark_aer(uint32_t i) {
+  Request& r = slots_[aer_parked_[i]]->req;
+  --aer_outstanding_;
+  for (; i < aer_outstanding_; ++i) aer_parked_[i] = aer_parked_[i + 1];
+  return r;
 }
 
 void TcpQueue::deliver_events() {
@@ -629,9 +624,7 @@ void TcpQueue::deliver_events() {
   if (!(ctrl_->async_event_config.load() & kAecAnaChange)) return;
   if (ctrl_->ana_event_masked.load() || !ctrl_->ana_event_pending.exchange(false)) return;
   ctrl_->ana_event_masked = true;  // until the host reads the ANA log page (RAE = 0)
-  Request& r = slots_[aer_parked_[0]]->req;
-  --aer_outstanding_;
-  for (uint32_t i = 0; i < aer_outstanding_; ++i) aer_parked_[i] = aer_parked_[i + 1];
+  Request& r = unpark_aer(0);
   // Notice (type 2), ANA change (info 03h), log page 0Ch.
   complete(r, st::kSuccess, 0x2u | (0x03u << 8) | (0x0Cu << 16));
 }

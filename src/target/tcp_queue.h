@@ -144,6 +144,8 @@ class TcpQueue final : public CommandQueue,
   void set_cid(uint16_t cid, bool on);
   // Frees the outstanding AER with this CID, if there is one, without answering it.
   bool retire_aer(uint16_t cid);
+  // Takes the i-th oldest outstanding AER off the list.
+  Request& unpark_aer(uint32_t i);
 
   int fd_;
   uint64_t id_;

@@ -27,6 +27,15 @@ void TcpQueue::set_cid(uint16_t cid, bool on) {
     cids_[cid >> 6] &= ~(uint64_t(1) << (cid & 63));
 }
 
+bool TcpQueue::retire_aer(uint16_t cid) {
+  for (uint32_t i = 0; i < aer_outstanding_; ++i) {
+    if (slots_[aer_parked_[i]]->req.sqe.cid != cid) continue;
+    release(unpark_aer(i));
+    return true;
+  }
+  return false;
+}
+
 void TcpQueue::start(Request& r) {
   if (r.pending_status != st::kSuccess) return complete(r, r.pending_status);
   const nvme::Sqe& s = r.sqe;
