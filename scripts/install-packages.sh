@@ -33,15 +33,16 @@ if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>
   updated=1
 fi
 if ! install; then
+  ok=0
   if [ $updated = 0 ]; then
     echo "[deps] install failed; apt-get update and again"
-    apt-get update -qq
+    apt-get update -qq && install && ok=1
   fi
-  [ $updated = 0 ] && install || {
+  if [ $ok = 0 ]; then
     tail -n 30 "$log" >&2
     echo "[deps] apt-get install failed (whole log: $log)" >&2
     exit 1
-  }
+  fi
 fi
 rm -f "$log"
 echo "[deps] $what: installed in $((SECONDS - t0)) s"
