@@ -115,6 +115,9 @@ class Scheduler {
   const Config& config() const { return config_; }
   Stats& stats() { return stats_; }
   const Stats& stats() const { return stats_; }
+  // Carries counters over to a scheduler made with a new configuration (a live retune), or
+  // zeroes them (stats reset).
+  void adopt_stats(Stats stats) { stats_ = std::move(stats); }
 
  private:
   Config config_;

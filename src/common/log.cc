@@ -1,5 +1,5 @@
 #include "common/log.h"
 
 namespace sens {
-LogLevel g_log_level = LogLevel::kInfo;
+std::atomic<LogLevel> g_log_level{LogLevel::kInfo};
 }

@@ -186,6 +186,7 @@ class Reactor {
   Nanos polled_wait(Nanos wait, Nanos now) const;
 
   const ReactorStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = ReactorStats{}; }  // on the reactor's thread
   // {"polls","sleeps","spins","wakeups","timers_fired","busy","poll","timer_late_us":{...}}
   nlohmann::json stats_json() const;
 

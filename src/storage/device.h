@@ -131,6 +131,15 @@ class Device {
     return nullptr;
   }
 
+  // A live resize (the management path, never a reactor): `bytes` > 0 sets the size (a file
+  // is truncated to it, an RBD image resized); 0 takes the size the backing store has now
+  // (grown by the operator). Returns "" (size() then gives the new size) or why not. I/O
+  // already in flight is checked against the size it was submitted under.
+  virtual std::string resize(uint64_t bytes) {
+    (void)bytes;
+    return "this backend has a fixed size";
+  }
+
   // Makes every completed write, zeroing and discard durable (at shutdown, CC.SHN): fdatasync
   // for files. Returns 0 or -errno.
   virtual int sync() { return 0; }

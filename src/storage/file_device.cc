@@ -41,10 +41,11 @@ class FileDevice final : public Device {
         direct_(direct) {}
   ~FileDevice() override { ::close(fd_); }
 
-  uint64_t size() const override { return size_; }
+  uint64_t size() const override { return size_.load(std::memory_order_relaxed); }
   uint32_t block_size() const override { return block_size_; }
   bool read_only() const override { return read_only_; }
   bool volatile_cache() const override { return true; }
+  std::string resize(uint64_t bytes) override;
   // A regular file's discard is FALLOC_FL_PUNCH_HOLE, and a hole reads as zeroes (where the
   // filesystem cannot punch holes, the range is written with zeroes instead). A block device
   // turns PUNCH_HOLE into Write Zeroes with unmap when the hardware has that command, but
@@ -52,7 +53,7 @@ class FileDevice final : public Device {
   // far cheaper than writing zeroes), and which of the two happens is not known up front.
   bool discard_zeroes() const override { return !is_block_device_; }
   std::string describe() const override {
-    std::string text = "file " + path_ + " (" + format_size(size_) + ", " +
+    std::string text = "file " + path_ + " (" + format_size(size()) + ", " +
                        std::to_string(block_size_) + " B blocks";
     if (!direct_) text += ", buffered: no O_DIRECT here";
     if (read_only_) text += ", read-only";
@@ -72,13 +73,41 @@ class FileDevice final : public Device {
  private:
   int fd_;
   std::string path_;
-  uint64_t size_;
+  std::atomic<uint64_t> size_;  // changes with resize() (read by every reactor)
   uint32_t block_size_;
   bool read_only_;
   bool is_block_device_;
   bool direct_;
   std::atomic<uint64_t> syncs_{0};  // any reactor (or the main thread) may sync
 };
+
+std::string FileDevice::resize(uint64_t bytes) {
+  if (bytes % block_size_)
+    return "the size must be a multiple of the block size (" + std::to_string(block_size_) +
+           " bytes)";
+  if (is_block_device_) {
+    if (bytes)
+      return "a block device's size is its own: resize the device, then ask without a size";
+    uint64_t now = 0;
+    if (ioctl(fd_, BLKGETSIZE64, &now) != 0)
+      return std::string("BLKGETSIZE64: ") + std::strerror(errno);
+    size_ = now - now % block_size_;
+    return "";
+  }
+  if (bytes) {
+    if (read_only_) return "the namespace is read-only";
+    if (::ftruncate(fd_, off_t(bytes)) != 0)
+      return "truncate " + path_ + ": " + std::strerror(errno);
+    size_ = bytes;
+    return "";
+  }
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return "stat " + path_ + ": " + std::strerror(errno);
+  uint64_t now = uint64_t(st.st_size);
+  if (now < block_size_) return path_ + " is smaller than one block now";
+  size_ = now - now % block_size_;
+  return "";
+}
 
 // Stands in when a ring cannot be set up (e.g. io_uring disabled): fails every request with the
 // reason, so callers get an error instead of a null queue.

@@ -1,5 +1,6 @@
 // null: a sink and a source of zeroes, for measuring everything but the storage.
 #include <sys/mman.h>
+#include <atomic>
 
 #include <cstdlib>
 #include <cstring>
@@ -41,30 +42,38 @@ class NullDevice final : public Device {
  public:
   NullDevice(uint64_t size, bool read_only) : size_(size), read_only_(read_only) {}
 
-  uint64_t size() const override { return size_; }
+  uint64_t size() const override { return size_.load(std::memory_order_relaxed); }
   uint32_t block_size() const override { return kBlockSize; }
   bool read_only() const override { return read_only_; }
   bool discard_zeroes() const override { return true; }  // every read is zeroes
+  // Nothing is stored: any size will do (a null namespace for testing a host's rescan).
+  std::string resize(uint64_t bytes) override {
+    if (bytes == 0) return "";  // (no backing store to take a size from)
+    if (bytes % kBlockSize) return "the size must be a multiple of 512 bytes";
+    size_ = bytes;
+    return "";
+  }
   std::string describe() const override {
-    return "null " + format_size(size_) + (read_only_ ? " (read-only)" : "");
+    return "null " + format_size(size()) + (read_only_ ? " (read-only)" : "");
   }
   std::unique_ptr<Queue> make_queue(unsigned depth) override {
     (void)depth;
     return std::make_unique<NullQueue>(*this);
   }
   const uint8_t* mapped(uint64_t offset, uint32_t len) const override {
-    if (offset > size_ || len > size_ - offset || len > kZeroRegionSize) return nullptr;
+    uint64_t size = size_.load(std::memory_order_relaxed);
+    if (offset > size || len > size - offset || len > kZeroRegionSize) return nullptr;
     return zero_region();
   }
 
   int execute(const Request& req) const {
-    int rc = check_request(req, size_, kBlockSize, read_only_);
+    int rc = check_request(req, size(), kBlockSize, read_only_);
     if (rc == 0 && req.op == Op::kRead) std::memset(req.buf, 0, req.length);
     return rc;
   }
 
  private:
-  uint64_t size_;
+  std::atomic<uint64_t> size_;
   bool read_only_;
 };
 

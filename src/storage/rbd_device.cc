@@ -276,13 +276,27 @@ class RbdDevice final : public Device {
     rados_shutdown(cluster_);
   }
 
-  uint64_t size() const override { return size_; }
+  uint64_t size() const override { return size_.load(std::memory_order_relaxed); }
   uint32_t block_size() const override { return kRbdBlockSize; }
+  // rbd_resize with a size; without one, the size the image has now (`rbd resize` elsewhere).
+  std::string resize(uint64_t bytes) override {
+    if (bytes % kRbdBlockSize) return "the size must be a multiple of 512 bytes";
+    if (bytes) {
+      if (read_only_) return "the namespace is read-only";
+      if (int rc = rbd_resize(image_, bytes); rc < 0)
+        return std::string("rbd_resize: ") + std::strerror(-rc);
+    }
+    uint64_t now = 0;
+    if (int rc = rbd_get_size(image_, &now); rc < 0)
+      return std::string("rbd_get_size: ") + std::strerror(-rc);
+    size_ = now - now % kRbdBlockSize;
+    return "";
+  }
   bool read_only() const override { return read_only_; }
   bool volatile_cache() const override { return volatile_cache_; }
   bool discard_zeroes() const override { return discard_zeroes_; }
   std::string describe() const override {
-    std::string text = "rbd " + spec_.pool + "/" + spec_.image + " (" + format_size(size_) +
+    std::string text = "rbd " + spec_.pool + "/" + spec_.image + " (" + format_size(size()) +
                        ", image id " + identity_.substr(identity_.rfind('/') + 1);
     if (volatile_cache_) text += ", rbd_cache on";
     if (read_only_) text += ", read-only";
@@ -330,7 +344,7 @@ class RbdDevice final : public Device {
   rados_t cluster_;
   rados_ioctx_t io_;
   rbd_image_t image_;
-  uint64_t size_;
+  std::atomic<uint64_t> size_;  // changes with resize()
   bool read_only_;
   bool volatile_cache_;
   bool discard_zeroes_;

@@ -51,6 +51,9 @@ void identify(CommandQueue& q, Request& r) {
   switch (cns) {
     case 0x00: {  // namespace
       Namespace* ns = sub->ns(r.sqe.nsid);
+      // An inactive nsid the controller could have (1..NN) reads as zeroes (NVMe Base 2.0
+      // 5.17.2.1): a host that scans after a removal sees the namespace gone.
+      if (!ns && r.sqe.nsid >= 1 && r.sqe.nsid <= kMaxNsid) break;
       if (!ns) return q.complete(r, st::kInvalidNamespace, 0);
       auto& id = *reinterpret_cast<nvme::IdentifyNamespace*>(r.buf);
       id.nsze = id.ncap = id.nuse = ns->blocks;
@@ -88,7 +91,7 @@ void identify(CommandQueue& q, Request& r) {
         id.anacap = 0x1F | (1u << 6);
         id.anagrpmax = ana::kMaxGroups;
         id.nanagrpid = ana::kMaxGroups;
-        id.mnan = uint32_t(sub->namespaces.size());
+        id.mnan = kMaxNsid;
       }
       id.cntrltype = sub->discovery ? 2 : 1;
       id.aerl = kAerLimit - 1;
@@ -98,7 +101,7 @@ void identify(CommandQueue& q, Request& r) {
       id.sqes = 0x66;
       id.cqes = 0x44;
       id.maxcmd = uint16_t(cfg.queue_size);
-      id.nn = uint32_t(sub->namespaces.size());
+      id.nn = sub->discovery ? 0 : kMaxNsid;        // namespaces come and go live (live.cc)
       id.oncs = (1u << 2) | (1u << 3) | (1u << 5);  // DSM, Write Zeroes, reservations
       id.vwc = sub->volatile_cache ? 1 : 0;
       id.sgls = (1u << 0) | (1u << 20);  // SGLs; offsets in in-capsule data blocks
@@ -112,7 +115,7 @@ void identify(CommandQueue& q, Request& r) {
     case 0x02: {  // active namespace list above nsid
       auto* list = reinterpret_cast<uint32_t*>(r.buf);
       size_t n = 0;
-      for (auto& ns : sub->namespaces)
+      for (Namespace* ns : sub->active_namespaces())
         if (ns->nsid > r.sqe.nsid && n < 1024) list[n++] = ns->nsid;
       break;
     }
@@ -187,7 +190,7 @@ size_t discovery_log(CommandQueue& q, uint8_t* page, size_t room) {
       add(q.subsystem()->nqn, bound[i], nvme::kSubtypeCurrentDiscovery, uint16_t(i + 1));
       continue;
     }
-    for (auto& s : ctx.registry.subsystems())
+    for (Subsystem* s : ctx.registry.subsystems())
       if (s->host_allowed(q.controller()->hostnqn))
         add(s->nqn, bound[i], nvme::kSubtypeNvme, uint16_t(i + 1));
   }
@@ -211,9 +214,10 @@ size_t ana_log(CommandQueue& q, uint8_t* page, size_t room, bool rgo) {
   put(0, &chgcnt, 8);
   uint16_t groups = 0;
   size_t at = 16;
+  auto active = sub->active_namespaces();
   for (uint32_t g = 1; g <= ana::kMaxGroups; ++g) {
     uint32_t n = 0;
-    for (auto& ns : sub->namespaces) n += ns->anagrpid == g;
+    for (Namespace* ns : active) n += ns->anagrpid == g;
     if (n == 0) continue;
     ++groups;
     uint32_t listed = rgo ? 0 : n;
@@ -225,7 +229,7 @@ size_t ana_log(CommandQueue& q, uint8_t* page, size_t room, bool rgo) {
     put(at + 16, &state, 1);
     at += 32;
     if (rgo) continue;
-    for (auto& ns : sub->namespaces)
+    for (Namespace* ns : active)
       if (ns->anagrpid == g) {
         put(at, &ns->nsid, 4);
         at += 4;
@@ -268,9 +272,16 @@ void get_log_page(CommandQueue& q, Request& r) {
       std::memcpy(r.buf + 8, "0.1     ", 8);
       page_len = 512;
       break;
-    case nvme::log_page::kChangedNs:
+    case nvme::log_page::kChangedNs: {
+      // The nsids added, removed or resized since the last read; reading clears the list
+      // and (RAE clear) lets the next change be notified.
       page_len = 4096;
+      auto changed = ctrl.take_changed_namespaces();
+      size_t n = std::min<size_t>(changed.size(), std::min<size_t>(room, page_len) / 4);
+      std::memcpy(r.buf, changed.data(), n * 4);
+      if (!(r.sqe.cdw10 & (1u << 15)) && ctrl.ns_event_masked.exchange(false)) q.deliver_events();
       break;
+    }
     case kLogAna: {
       if (q.subsystem()->discovery) return q.complete(r, st::kInvalidLogPage);
       bool rgo = (r.sqe.cdw10 >> 8) & 1;  // LSP bit 0: return groups only

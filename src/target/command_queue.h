@@ -56,7 +56,8 @@ class CommandQueue {
   // With `auth` (the host has a key) commands other than AUTH_Send/AUTH_Receive (and
   // Disconnect) fail with Authentication Required until on_authenticated(true).
   virtual void on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
-                            uint32_t sq_entries, bool sq_flow_disabled, const HostAuth* auth) = 0;
+                            uint32_t sq_entries, bool sq_flow_disabled,
+                            std::shared_ptr<const HostAuth> auth) = 0;
   // An exchange ended: the host authenticated, or failed (the queue loses access).
   virtual void on_authenticated(bool ok) = 0;
   // Disconnect: answers `r`, then closes once the response has left.
@@ -65,6 +66,8 @@ class CommandQueue {
   virtual bool via_discovery_listener() const = 0;
   // The TLS PSK identity the host used (null: plain TCP). Connect checks its NQNs.
   virtual const std::string* tls_identity() const = 0;
+  // The host's address:port (for the operator).
+  virtual const std::string& peer_address() const = 0;
   // The local address the host connected to (what a discovery log should advertise).
   virtual const std::string& local_address() const = 0;
   // Admin.
@@ -76,11 +79,23 @@ class CommandQueue {
   // enabled it (on this queue's thread; Target::notify_ana_change posts it here).
   virtual void deliver_events() = 0;
 
+  // Points `r` at `ns` (null: at none), holding it: a namespace removed live is destroyed
+  // only once no request holds it. Every request that keeps a namespace goes through here;
+  // the transport calls it with null when the request is freed.
+  void bind_ns(Request& r, Namespace* ns) {
+    if (r.ns) r.ns->drop(reactor_index_);
+    r.ns = ns;
+    if (ns) ns->hold(reactor_index_);
+  }
+
   // What this host may do on `ns` under its reservations (resv::kMayRead | kMayWrite); one
   // atomic load while no reservation is held, else a cache checked against the version.
   uint8_t reservation_access(const Namespace& ns) {
     if (!ns.reservations.held()) return resv::kMayRead | resv::kMayWrite;
+    // (grown on the first reservation seen on a namespace added after Connect)
+    if (ns.nsid > resv_cache_.size()) resv_cache_.resize(ns.nsid);
     auto& c = resv_cache_[ns.nsid - 1];
+    if (c.generation != ns.generation) c = ResvCache{ns.generation};  // an nsid used again
     if (c.version != ns.reservations.version())
       c.allowed = const_cast<Reservations&>(ns.reservations).access(ctrl_->hostid, &c.version);
     return c.allowed;
@@ -88,13 +103,15 @@ class CommandQueue {
 
  protected:
   ReactorContext& ctx_;
+  uint32_t reactor_index_;  // this queue's slot in Namespace::holds
   uint16_t qid_ = 0;
   Subsystem* subsystem_ = nullptr;
   std::shared_ptr<Controller> ctrl_;
   QueueCounters counters_;
   std::unique_ptr<DhchapSession> dhchap_;
   struct ResvCache {
-    uint64_t version = 0;  // 0: never filled (versions start at 1)
+    uint64_t generation = 0;  // Namespace::generation of the namespace it was filled for
+    uint64_t version = 0;     // 0: never filled (versions start at 1)
     uint8_t allowed = 0;
   };
   std::vector<ResvCache> resv_cache_;  // by nsid - 1; sized at Connect

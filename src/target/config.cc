@@ -416,6 +416,12 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
             if (!json_strings(v2, "namespaces", &sc.namespaces, error)) return false;
           } else if (k2 == "allowed_hosts") {
             if (!json_strings(v2, "allowed_hosts", &sc.allowed_hosts, error)) return false;
+          } else if (k2 == "allow_any_host") {
+            if (!v2.is_boolean()) {
+              *error = "subsystem key 'allow_any_host': expected true or false";
+              return false;
+            }
+            sc.allow_any_host = v2.get<bool>();
           } else if (k2 == "host_keys" || k2 == "ctrl_keys") {
             if (!v2.is_object()) {
               *error = "subsystem key '" + k2 + "': expected {\"host NQN\": \"DHHC-1:...\"}";
@@ -442,7 +448,7 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
             }
           } else {
             *error = "unknown subsystem key '" + k2 +
-                     "' (nqn, namespaces, allowed_hosts, host_keys, ctrl_keys, dhchap_hashes, "
+                     "' (nqn, namespaces, allowed_hosts, allow_any_host, host_keys, ctrl_keys, dhchap_hashes, "
                      "dhchap_dhgroups)";
             return false;
           }
@@ -565,7 +571,7 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
   return true;
 }
 
-std::string to_json_text(const TargetConfig& c) {
+std::string to_json_text(const TargetConfig& c, bool with_secrets) {
   json j;
   j["listen"] = json::array();
   for (auto& l : c.listen) j["listen"].push_back(listen_text(l));
@@ -578,10 +584,12 @@ std::string to_json_text(const TargetConfig& c) {
   j["subsystems"] = json::array();
   for (auto& s : c.subsystems) {
     json sub = {{"nqn", s.nqn}, {"namespaces", s.namespaces}, {"allowed_hosts", s.allowed_hosts}};
-    // The dump names which hosts have keys, never the keys.
+    if (!s.allow_any_host) sub["allow_any_host"] = false;
+    // The dump names which hosts have keys; the keys only when asked (save_config).
     for (auto* keys : {&s.host_keys, &s.ctrl_keys})
       for (auto& [host, secret] : *keys)
-        sub[keys == &s.host_keys ? "host_keys" : "ctrl_keys"][host] = "(secret)";
+        sub[keys == &s.host_keys ? "host_keys" : "ctrl_keys"][host] =
+            with_secrets ? secret : "(secret)";
     for (uint8_t h : s.dhchap_hashes) sub["dhchap_hashes"].push_back(auth::hash_name(h));
     for (uint8_t g : s.dhchap_dhgroups) sub["dhchap_dhgroups"].push_back(auth::dh_group_name(g));
     j["subsystems"].push_back(sub);

@@ -14,6 +14,8 @@ struct SubsystemConfig {
   std::string nqn;
   std::vector<std::string> namespaces;     // "ram:1G", "file:/path", "null:1G", "rbd:pool/image"
   std::vector<std::string> allowed_hosts;  // empty: any host (but see host_keys)
+  // false: only the hosts named (none when the list is empty: every host was disallowed live)
+  bool allow_any_host = true;
   // DH-HMAC-CHAP secrets ("DHHC-1:xx:...:") per host NQN: a host with a key must
   // authenticate, and is on the allow-list. ctrl_keys: the controller's key for that host
   // (bidirectional authentication, when the host asks for it).
@@ -100,7 +102,8 @@ bool load_json(const std::string& path, TargetConfig* config, std::string* error
 // "ADDR:PORT[,ana=...]" as parse_listen() reads it back.
 std::string listen_text(const ListenAddress& l);
 // The effective configuration as JSON (printed by --dump-config).
-std::string to_json_text(const TargetConfig& config);
+// Secrets appear as "(secret)" unless `with_secrets` (save_config's "inline").
+std::string to_json_text(const TargetConfig& config, bool with_secrets = false);
 
 // No "ns:" anywhere in it: SPDK's tools look for that key in the whole transport ID string.
 inline constexpr const char* kDefaultNqn = "nqn.2026-11.io.sens-target:ram0";

@@ -27,9 +27,9 @@ bool offered(const uint8_t* ids, uint32_t n, uint8_t id) {
 
 }  // namespace
 
-DhchapSession::DhchapSession(const HostAuth& keys, const std::vector<uint8_t>& hashes,
+DhchapSession::DhchapSession(std::shared_ptr<const HostAuth> keys, const std::vector<uint8_t>& hashes,
                              const std::vector<uint8_t>& dhgroups, Identity id)
-    : keys_(keys), hashes_(hashes), dhgroups_(dhgroups), id_(std::move(id)) {}
+    : keys_(std::move(keys)), hashes_(hashes), dhgroups_(dhgroups), id_(std::move(id)) {}
 
 DhchapSession::~DhchapSession() {
   clear_exchange();
@@ -152,12 +152,12 @@ DhchapSession::Outcome DhchapSession::reply(const uint8_t* d, uint32_t len) {
   if (dhgroup_ != wa::kDhNull)
     challenge = auth::augmented_challenge(hash_, session_key_, challenge);
   auth::Bytes want =
-      auth::host_response(hash_, keys_.host_key, challenge, s1_, t_id_, id_.hostnqn, id_.subnqn);
+      auth::host_response(hash_, keys_->host_key, challenge, s1_, t_id_, id_.hostnqn, id_.subnqn);
   if (want.empty() || !auth::equal(want, {rval, hl}))
     return fail(wa::kFailFailed, "the host's response does not match its key");
   bidirectional_ = r.cvalid & 1;
   if (bidirectional_) {
-    if (keys_.ctrl_key.empty())
+    if (keys_->ctrl_key.empty())
       return fail(wa::kFailFailed,
                   "the host asks to authenticate the controller, which has no key "
                   "for it (--ctrl-key)");
@@ -226,7 +226,7 @@ DhchapSession::Outcome DhchapSession::on_receive(uint8_t* out, uint32_t al) {
         auth::Bytes challenge(c2_, c2_ + hl);
         if (dhgroup_ != wa::kDhNull)
           challenge = auth::augmented_challenge(hash_, session_key_, challenge);
-        auth::Bytes r2 = auth::ctrl_response(hash_, keys_.ctrl_key, challenge, s2_, t_id_,
+        auth::Bytes r2 = auth::ctrl_response(hash_, keys_->ctrl_key, challenge, s2_, t_id_,
                                              id_.subnqn, id_.hostnqn);
         s.rvalid = 1;
         std::memcpy(out + sizeof s, r2.data(), std::min(r2.size(), hl));
@@ -264,7 +264,8 @@ DhchapSession::Outcome DhchapSession::on_receive(uint8_t* out, uint32_t al) {
 
 // ---------------------------------------------------------------------------- the commands
 
-CommandQueue::CommandQueue(ReactorContext& ctx) : ctx_(ctx) {}
+CommandQueue::CommandQueue(ReactorContext& ctx)
+    : ctx_(ctx), reactor_index_(uint32_t(ctx.reactor.index())) {}
 CommandQueue::~CommandQueue() = default;
 
 namespace dhchap {

@@ -22,7 +22,7 @@ class DhchapSession {
   enum class Outcome { kNone, kAuthenticated, kFailed };
 
   // `hashes` / `dhgroups`: what the subsystem accepts, preferred first (they outlive this).
-  DhchapSession(const HostAuth& keys, const std::vector<uint8_t>& hashes,
+  DhchapSession(std::shared_ptr<const HostAuth> keys, const std::vector<uint8_t>& hashes,
                 const std::vector<uint8_t>& dhgroups, Identity id);
   ~DhchapSession();
 
@@ -45,7 +45,7 @@ class DhchapSession {
   Outcome reply(const uint8_t* d, uint32_t len);
   void clear_exchange();
 
-  const HostAuth& keys_;
+  std::shared_ptr<const HostAuth> keys_;  // this session's (a rotation replaces the subsystem's)
   const std::vector<uint8_t>& hashes_;
   const std::vector<uint8_t>& dhgroups_;
   Identity id_;

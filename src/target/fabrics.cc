@@ -70,6 +70,7 @@ void connect(CommandQueue& q, Request& r) {
     ctrl = ctx.registry.create_controller(sub, hostnqn, data.hostid, cmd.kato);
     if (!ctrl) return q.complete(r, st::kConnectControllerBusy);
     ctrl->auth = sub->auth_for(hostnqn);
+    ctrl->peer = q.peer_address();
     ctrl->ana = q.ana_port() ? q.ana_port() : ctx.registry.default_ana();
   } else {
     ctrl = ctx.registry.find_controller(data.cntlid);
@@ -108,7 +109,9 @@ void connect(CommandQueue& q, Request& r) {
   uint16_t cntlid = ctrl->cntlid;
   LOG_DEBUG("connect: %s qid %u sqsize %u cntlid %u host %s", subnqn.c_str(), cmd.qid, cmd.sqsize,
             cntlid, hostnqn.c_str());
-  const HostAuth* auth = ctrl->auth;
+  // The subsystem's key of this moment (rotated live: the next authentication uses it).
+  std::shared_ptr<const HostAuth> auth = ctrl->auth ? sub->auth_for(hostnqn) : nullptr;
+  if (ctrl->auth && !auth) auth = ctrl->auth;
   q.on_connected(sub, std::move(ctrl), cmd.qid, entries,
                  cmd.cattr & nvme::kCattrDisableSqFlowControl, auth);
   // AUTHREQ.ATR: this queue must authenticate before anything else runs on it.
@@ -142,9 +145,10 @@ void property_get(CommandQueue& q, Request& r) {
 // Shutdown: every namespace flushed (durable) before CSTS.SHST says complete.
 void shutdown_step(CommandQueue& q, Request& r) {
   Subsystem* sub = q.subsystem();
-  while (r.walk_next < sub->namespaces.size()) {
-    Namespace* ns = sub->namespaces[r.walk_next++].get();
-    r.ns = ns;
+  while (r.walk_next < kMaxNsid) {
+    Namespace* ns = sub->ns(++r.walk_next);
+    if (!ns) continue;
+    q.bind_ns(r, ns);
     return q.submit(r, storage::Op::kFlush, 0, 0, nullptr);
   }
   set_shst(*q.controller(), kShstComplete);

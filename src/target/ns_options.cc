@@ -80,6 +80,12 @@ bool parse_namespace_options(const std::string& spec, NamespaceOptions* out, std
       if (value.empty() || *end != '\0' || g < 1 || g > 32)
         return *error = "anagrpid='" + value + "': the ANA group must be 1..32", false;
       out->anagrpid = uint32_t(g);
+    } else if (key == "nsid") {
+      char* end = nullptr;
+      unsigned long n = std::strtoul(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < 1 || n > 1024)
+        return *error = "nsid='" + value + "': a namespace ID must be 1..1024", false;
+      out->nsid = uint32_t(n);
     } else {
       kept += (kept.empty() ? "" : ",") + item;
     }

@@ -1,6 +1,6 @@
 #pragma once
 // What the target itself reads from a namespace spec, beside the backend's own words: the
-// namespace's identity (uuid=, nguid=) and its ANA group (anagrpid=), as trailing
+// namespace's identity (uuid=, nguid=), its ANA group (anagrpid=) and nsid (nsid=), as trailing
 // ",key=value" options: "file:/srv/disk.img,uuid=0f1e...,anagrpid=2". They are taken off
 // before the backend sees the spec, so every backend (ram, null, file, rbd...) has them.
 #include <cstdint>
@@ -14,6 +14,7 @@ struct NamespaceOptions {
   uint8_t uuid[16]{};
   uint8_t nguid[16]{};
   uint32_t anagrpid = 1;
+  uint32_t nsid = 0;  // nsid=N (1..1024); 0: the one after the previous namespace's
 };
 
 // Splits `spec`; false (and a precise error) on a bad value.

@@ -65,11 +65,14 @@ void dsm_step(CommandQueue& q, Request& r) {
 
 // Flush to every namespace (NSID FFFFFFFFh), one after the other.
 void flush_step(CommandQueue& q, Request& r) {
-  Namespace* ns = q.subsystem()->ns(r.walk_next);
-  if (!ns) return q.complete(r, st::kSuccess);
-  ++r.walk_next;
-  r.ns = ns;
-  q.submit(r, storage::Op::kFlush, 0, 0, nullptr);
+  // (walk_next: the last nsid flushed; namespaces removed meanwhile are skipped)
+  while (r.walk_next < kMaxNsid) {
+    Namespace* ns = q.subsystem()->ns(++r.walk_next);
+    if (!ns) continue;
+    q.bind_ns(r, ns);
+    return q.submit(r, storage::Op::kFlush, 0, 0, nullptr);
+  }
+  q.complete(r, st::kSuccess);
 }
 
 // A device error as the host should see it: conditions that pass (no memory, busy) may be
@@ -194,7 +197,7 @@ Plan plan(CommandQueue& q, Request& r) {
   if (op == nvme::io_op::kFlush && s.nsid == kBroadcastNsid) return Plan{};
   Namespace* ns = q.subsystem()->ns(s.nsid);
   if (!ns) return fail(st::kInvalidNamespace);
-  r.ns = ns;
+  q.bind_ns(r, ns);
   // ANA: the namespace's group as the listener this host came in through has it.
   if (uint8_t state = q.controller()->ana->state(ns->anagrpid);
       state != ana::kOptimized && state != ana::kNonOptimized && op != resv::kReport)
@@ -252,7 +255,7 @@ void execute(CommandQueue& q, Request& r) {
                       nullptr);
     case nvme::io_op::kFlush:
       if (s.nsid == kBroadcastNsid) {
-        r.walk_next = 1;
+        r.walk_next = 0;
         return flush_step(q, r);
       }
       return q.submit(r, storage::Op::kFlush, 0, 0, nullptr);

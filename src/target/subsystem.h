@@ -1,12 +1,14 @@
 #pragma once
-// Subsystems, namespaces and controllers: the state shared by a target's connections. Only
-// the control path (Connect, admin commands, keep alive) touches it; the I/O path reads the
-// immutable namespace table without locks.
+// Subsystems, namespaces and controllers: the state shared by a target's connections. The
+// control path (Connect, admin commands, keep alive) and the management path (live changes,
+// src/target/live.cc) touch it; the I/O path reads each namespace slot with one acquire load
+// and never locks.
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,16 +18,42 @@
 
 namespace sens::target {
 
+inline constexpr uint32_t kMaxNsid = 1024;  // Identify NN: nsids 1..1024
+
 struct Namespace {
   uint32_t nsid = 0;
   std::string spec;
   std::unique_ptr<storage::Device> device;
-  uint64_t blocks = 0;
+  std::atomic<uint64_t> blocks{0};  // grows (or shrinks) with a live resize
   uint32_t block_shift = 9;
   uint8_t nguid[16]{};
   uint8_t uuid[16]{};
   uint32_t anagrpid = 1;  // its ANA group (anagrpid= in the spec)
   Reservations reservations;
+  // Unique over the process's life: per-queue caches keyed by nsid tell an nsid used again.
+  const uint64_t generation = next_generation();
+
+  // Requests that point at this namespace, counted per reactor (one writer each, no atomic
+  // read-modify-write on the I/O path): a namespace removed live is destroyed only once
+  // every reactor's count is back to zero. Slot i belongs to reactor i.
+  struct alignas(64) Holds {
+    std::atomic<uint64_t> taken{0}, dropped{0};
+  };
+  std::unique_ptr<Holds[]> holds;
+  uint32_t hold_slots = 0;
+  void hold(uint32_t reactor) {
+    if (reactor < hold_slots) bump(holds[reactor].taken);
+  }
+  void drop(uint32_t reactor) {
+    if (reactor < hold_slots) bump(holds[reactor].dropped);
+  }
+  uint64_t held() const;  // requests holding it now, over every reactor
+
+ private:
+  static uint64_t next_generation();
+  static void bump(std::atomic<uint64_t>& c) {
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
 };
 
 // The ANA view of one I/O listener: the state of each ANA group as a host that connected
@@ -53,6 +81,8 @@ class AnaPort {
 
 // DH-HMAC-CHAP keys of one host, transformed as the exchange uses them (NVMe Base 2.0
 // 8.13.5.7): the host's with its NQN, the controller's with the subsystem NQN.
+// Immutable once made: a key rotation replaces the whole object, and a session that began
+// with the old one keeps it until it ends.
 struct HostAuth {
   std::vector<uint8_t> host_key;
   std::vector<uint8_t> ctrl_key;  // empty: the host cannot authenticate the controller
@@ -63,22 +93,48 @@ class Subsystem {
  public:
   std::string nqn;
   bool discovery = false;
-  std::vector<std::unique_ptr<Namespace>> namespaces;  // index nsid - 1; fixed after start
-  std::vector<std::string> allowed_hosts;              // empty: any host
   std::string serial;
-  bool volatile_cache = false;  // some namespace has a volatile write cache (Identify VWC)
-
-  std::map<std::string, HostAuth> host_auth;            // hosts that must authenticate
+  std::atomic<bool> volatile_cache{false};  // a namespace has a volatile write cache (VWC)
   std::vector<uint8_t> dhchap_hashes, dhchap_dhgroups;  // accepted, preferred first
 
+  // Hosts. Read at Connect and by the management path; guarded by hosts_mu.
   bool host_allowed(const std::string& hostnqn) const;
-  const HostAuth* auth_for(const std::string& hostnqn) const {
-    auto it = host_auth.find(hostnqn);
-    return it == host_auth.end() ? nullptr : &it->second;
-  }
+  std::shared_ptr<const HostAuth> auth_for(const std::string& hostnqn) const;
+  std::vector<std::string> allowed_hosts() const;  // empty: any host
+  std::vector<std::string> keyed_hosts() const;    // hosts that must authenticate
+  void set_hosts(std::vector<std::string> allowed,
+                 std::map<std::string, std::shared_ptr<const HostAuth>> auth);
+  // Any host may connect: set at start when no host is named; cleared by naming one live.
+  bool allow_any_host() const;
+  void set_allow_any_host(bool allow);
+  // Coalescing of this subsystem's connections when set live (else the target's).
+  std::optional<coalesce::Config> coalescing() const;
+  void set_coalescing(const coalesce::Config& config);
+
+  // Namespaces: the published table, by nsid - 1 (null: inactive). ns() is one acquire load;
+  // a request that keeps the pointer holds the namespace (Namespace::hold).
   Namespace* ns(uint32_t nsid) const {
-    return nsid >= 1 && nsid <= namespaces.size() ? namespaces[nsid - 1].get() : nullptr;
+    return nsid >= 1 && nsid <= kMaxNsid ? ns_table_[nsid - 1].load(std::memory_order_acquire)
+                                         : nullptr;
   }
+  // The active namespaces in nsid order (a snapshot; the table may change meanwhile).
+  std::vector<Namespace*> active_namespaces() const;
+  uint32_t namespace_count() const { return ns_count_.load(std::memory_order_relaxed); }
+  // Management path only (Registry, under its lock): publish into a free slot, or take the
+  // namespace out of the table (the caller destroys it once nothing holds it).
+  void publish(std::unique_ptr<Namespace> ns);
+  std::unique_ptr<Namespace> unpublish(uint32_t nsid);
+
+ private:
+  mutable std::mutex hosts_mu_;
+  std::vector<std::string> allowed_hosts_;
+  bool allow_any_ = true;
+  std::optional<coalesce::Config> coalesce_;
+  std::map<std::string, std::shared_ptr<const HostAuth>> host_auth_;
+  std::atomic<Namespace*> ns_table_[kMaxNsid]{};
+  std::vector<std::unique_ptr<Namespace>> owned_ =
+      std::vector<std::unique_ptr<Namespace>>(kMaxNsid);
+  std::atomic<uint32_t> ns_count_{0};
 };
 
 // Per-connection counters the controller sums for the SMART log (written by one thread).
@@ -104,9 +160,11 @@ class Controller {
   std::string hostnqn;
   uint8_t hostid[16]{};
   uint32_t kato_ms = 0;
+  std::string peer;  // the admin queue's host address:port (controller_list)
   // The host has a key: every queue authenticates (AUTHREQ.ATR), and I/O queues connect only
-  // once the admin queue has.
-  const HostAuth* auth = nullptr;
+  // once the admin queue has. The key at the admin queue's Connect; a queue that connects
+  // later authenticates with the subsystem's key of that moment (a rotation).
+  std::shared_ptr<const HostAuth> auth;
   std::atomic<bool> admin_authenticated{false};
   std::atomic<uint32_t> io_queues_granted{
       0};  // I/O queues granted (one-based); read by any reactor
@@ -123,8 +181,15 @@ class Controller {
   // has been told of but not yet read the ANA log page for (no other notice until it does).
   std::atomic<bool> ana_event_pending{false};
   std::atomic<bool> ana_event_masked{false};
+  // Namespace Attribute Changed (added, removed, resized): the same pair, and the nsids for
+  // the Changed Namespace List log page (04h), which reading it clears.
+  std::atomic<bool> ns_event_pending{false};
+  std::atomic<bool> ns_event_masked{false};
+  void note_namespace_changed(uint32_t nsid);
+  // The Changed Namespace List: up to 1024 nsids, or FFFFFFFFh first when more changed.
+  std::vector<uint32_t> take_changed_namespaces();
 
-  std::mutex mu;  // guards `queues` (I/O queues register and leave from any reactor)
+  std::mutex mu;  // guards `queues` and `changed_ns_` (any reactor, the management path)
   std::vector<QueueRef> queues;
   std::atomic<bool> dead{false};  // admin queue gone or kato expired: I/O queues close
 
@@ -136,6 +201,10 @@ class Controller {
   std::vector<QueueRef> retire();
   void remove_queue(QueueCounters* q);
   void sum(uint64_t* reads, uint64_t* writes, uint64_t* read_bytes, uint64_t* write_bytes);
+
+ private:
+  std::vector<uint32_t> changed_ns_;
+  bool changed_overflow_ = false;
 };
 
 // All subsystems and the live controllers (cntlid allocation).
@@ -146,8 +215,27 @@ class Registry {
 
   Subsystem* find(const std::string& nqn);
   Subsystem& discovery() { return discovery_; }
-  const std::vector<std::unique_ptr<Subsystem>>& subsystems() const { return subsystems_; }
+  // The I/O subsystems (a snapshot: the management path may add or delete some meanwhile;
+  // a deleted subsystem's object stays until the target stops, so the pointers stay valid).
+  std::vector<Subsystem*> subsystems() const;
   const TargetConfig& config() const { return config_; }
+
+  // The management path (live.cc): one change at a time under this lock; reactors never take it.
+  std::mutex& management_mutex() { return mgmt_mu_; }
+  // Opens `spec`'s device and makes namespace `nsid` of `nqn` from it (not yet published).
+  std::unique_ptr<Namespace> make_namespace(const std::string& nqn, uint32_t nsid,
+                                            const std::string& spec, std::string* error);
+  // Makes a subsystem from its configuration (namespaces published); "" or an error.
+  std::string add_subsystem(const SubsystemConfig& sc, Subsystem** out = nullptr);
+  // Takes `sub` out of find() and subsystems(); the caller disconnects its controllers and
+  // retires its namespaces. The object itself is kept (see subsystems()).
+  void remove_subsystem(Subsystem* sub);
+  // Host keys as the exchange uses them, from DHHC-1 secrets (empty ctrl_secret: none).
+  static std::shared_ptr<const HostAuth> make_host_auth(const std::string& host,
+                                                        const std::string& subnqn,
+                                                        const std::string& host_secret,
+                                                        const std::string& ctrl_secret,
+                                                        std::string* error);
 
   std::shared_ptr<Controller> create_controller(Subsystem* subsystem, const std::string& hostnqn,
                                                 const uint8_t hostid[16], uint32_t kato_ms);
@@ -168,8 +256,11 @@ class Registry {
 
  private:
   TargetConfig config_;
+  mutable std::mutex subsystems_mu_;  // guards the list (not the subsystems)
   std::vector<std::unique_ptr<Subsystem>> subsystems_;
+  std::vector<std::unique_ptr<Subsystem>> deleted_;
   Subsystem discovery_;
+  std::mutex mgmt_mu_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Controller>> controllers_;
   std::vector<std::unique_ptr<AnaPort>> ana_ports_;

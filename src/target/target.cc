@@ -24,6 +24,7 @@ namespace sens::target {
 class ReactorContext::QueueWatcher final : public EventHandler {
  public:
   QueueWatcher(ReactorContext& ctx, storage::Queue* q) : ctx_(ctx), q_(q) {}
+  storage::Queue* queue() const { return q_; }
   void on_event(uint32_t) override {
     q_->reap();
     ctx_.schedule_kick(q_);  // completions may have queued more device I/O
@@ -66,7 +67,8 @@ ReactorContext::ReactorContext(Target& t, int index)
                         std::max({t.config().max_io, kAdminDataMax, uint32_t(64 * 1024)}), true)),
       inline_pool(pool_options(t, std::max<uint64_t>(t.config().buffer_pool / 8, 1 << 20),
                                std::max(t.config().inline_data, kAdminDataMax), false)),
-      next_id_(uint64_t(index) << 48) {
+      next_id_(uint64_t(index) << 48),
+      coalesce_(t.config().coalesce) {
   if (t.config().buffers == buffers::Layout::kTyche) {
     buffers::PoolOptions o =
         pool_options(t, uint64_t(t.config().max_connections) * 64 * 1024, 64 * 1024, false);
@@ -127,6 +129,31 @@ void ReactorContext::schedule_resume(TcpQueue* q) {
 void ReactorContext::close_connection(uint64_t id, const char* why) {
   auto it = conns_.find(id);
   if (it != conns_.end()) it->second->close(why);
+}
+
+void ReactorContext::forget_namespace(const Namespace* ns) {
+  auto it = queues_.find(ns);
+  if (it == queues_.end()) return;
+  storage::Queue* q = it->second.get();
+  kick_list_.erase(std::remove(kick_list_.begin(), kick_list_.end(), q), kick_list_.end());
+  if (q->event_fd() >= 0) reactor.remove(q->event_fd());
+  watchers_.erase(std::remove_if(watchers_.begin(), watchers_.end(),
+                                 [q](auto& w) { return w->queue() == q; }),
+                  watchers_.end());
+  queues_.erase(it);
+}
+
+void ReactorContext::retune_coalescing(const Subsystem* sub, const coalesce::Config& config) {
+  if (!sub) coalesce_ = config;
+  for (auto& [id, c] : conns_) c->retune_coalescing(sub, config);
+}
+
+void ReactorContext::reset_stats() {
+  for (auto& [id, c] : conns_) c->reset_counters();
+  closed_coalesce_ = coalesce::Stats{};
+  closed_holds_ = 0;
+  closed_connections_ = 0;
+  reactor.reset_stats();
 }
 
 void ReactorContext::deliver_events(uint64_t id) {
@@ -392,6 +419,7 @@ Target::~Target() {
 
 std::string Target::start() {
   std::string error = registry_.build(config_);
+  live_ = config_;
   if (!error.empty()) return error;
   for (int i = 0; i < config_.cores; ++i)
     ctxs_.push_back(std::make_unique<ReactorContext>(*this, i));
@@ -602,9 +630,8 @@ nlohmann::json Target::stats_json() {
   nlohmann::json j = coalesce::to_json(total);
   j["policy"] = coalesce::policy_name(config_.coalesce.policy);
   nlohmann::json namespaces = nlohmann::json::array();
-  for (auto& s : registry_.subsystems())
-    for (auto& ns : s->namespaces)
-      if (ns)
+  for (Subsystem* s : registry_.subsystems())
+    for (Namespace* ns : s->active_namespaces())
         namespaces.push_back({{"nqn", s->nqn},
                               {"nsid", ns->nsid},
                               {"spec", ns->spec},
@@ -641,6 +668,13 @@ void Target::stop() {
   threads_.clear();
   registry_.stop_workers();
   running_ = false;
+  // Namespaces removed live whose last commands were cut off by the stop.
+  for (auto& d : draining_) {
+    for (auto& ctx : ctxs_) ctx->forget_namespace(d.ns.get());
+    d.ns->reservations.worker().stop();
+    d.ns->device->sync();
+  }
+  draining_.clear();
   for (auto& l : listeners_) ctxs_[0]->reactor.remove(l->fd());
   listeners_.clear();
   registry_.sync_all();

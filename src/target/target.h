@@ -2,6 +2,7 @@
 // The target: one reactor thread per core, listeners on the first, connections spread
 // round-robin; a Registry of subsystems, namespaces and controllers shared by all.
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -59,6 +60,15 @@ class ReactorContext {
   void close_connection(uint64_t id, const char* why);
   void deliver_events(uint64_t id);
   void close_all(const char* why);
+  // A namespace removed live that no request holds any more: drops this thread's device
+  // queue for it (live.cc).
+  void forget_namespace(const Namespace* ns);
+  // Coalescing of this thread's connections from now on (`sub`: those of that subsystem, and
+  // later ones that connect to it; null: every connection, and the default for new ones).
+  void retune_coalescing(const Subsystem* sub, const coalesce::Config& config);
+  const coalesce::Config& coalescing() const { return coalesce_; }
+  // Zeroes this thread's counters (stats reset).
+  void reset_stats();
   // Device I/O still owed to this reactor's queues (open or closed).
   uint32_t inflight_io() const;
   // Destroys closed connections whose device I/O has drained (deferred, never re-entrant).
@@ -77,6 +87,7 @@ class ReactorContext {
   std::unordered_map<uint64_t, std::unique_ptr<TcpQueue>> conns_;
   bool reap_scheduled_ = false;
   uint64_t next_id_;
+  coalesce::Config coalesce_;  // for connections not yet connected (see retune_coalescing)
   // Totals of connections already destroyed.
   coalesce::Stats closed_coalesce_;
   uint64_t closed_holds_ = 0;
@@ -123,6 +134,47 @@ class Target {
   // Closes, on their own threads, the I/O queues of a controller whose admin queue is gone.
   void close_controller_queues(Controller* ctrl);
 
+  // ---- Live changes (live.cc). Each validates everything first, then applies all of it or
+  // returns why not and changes nothing. They run one at a time (the registry's management
+  // lock) on a management thread, never on a reactor; reactors see the result through
+  // atomic publication or a message, never through a lock they take per I/O.
+  //
+  // The configuration as changed so far (what save_config writes).
+  TargetConfig live_config();
+  std::string create_subsystem(const SubsystemConfig& sc);
+  // Disconnects its controllers and removes its namespaces.
+  std::string delete_subsystem(const std::string& nqn);
+  // nsid 0: the lowest free one. `assigned` gets the nsid used.
+  std::string add_namespace(const std::string& nqn, const std::string& spec, uint32_t nsid,
+                            uint32_t* assigned);
+  // Commands already running complete; later ones fail with Invalid Namespace. Waits up to
+  // `drain` for the running ones, then (the device still owed I/O) lets it close when they
+  // finish and says so in `note`.
+  std::string remove_namespace(const std::string& nqn, uint32_t nsid, Nanos drain,
+                               std::string* note);
+  // bytes 0: the size the backing store has now.
+  std::string resize_namespace(const std::string& nqn, uint32_t nsid, uint64_t bytes);
+  // Allows `host` (with DH-HMAC-CHAP keys when host_key is not empty; a host already allowed
+  // gets its keys replaced: connected controllers keep working, the next authentication
+  // uses the new key).
+  std::string allow_host(const std::string& nqn, const std::string& host,
+                         const std::string& host_key, const std::string& ctrl_key);
+  // Takes `host` off the allow-list (and its keys) and disconnects its controllers.
+  std::string disallow_host(const std::string& nqn, const std::string& host);
+  std::string set_allow_any_host(const std::string& nqn, bool allow);
+  std::string disconnect_controller(uint16_t cntlid);
+  // nqn empty: every subsystem (and the default); else one subsystem's connections.
+  std::string set_coalescing(const std::string& nqn, const coalesce::Config& config);
+  coalesce::Config coalescing(const std::string& nqn, std::string* error);
+  void reset_stats();
+  // SIGHUP: brings the running target to `fresh` (a re-read --config) through the changes
+  // above, each all-or-nothing; returns what it did, a line per change (for the log).
+  std::vector<std::string> apply_config(const TargetConfig& fresh);
+  // Runs `fn` on every reactor's thread and waits for all of them. Returning, every pass a
+  // reactor had begun before the call has ended (a grace period for pointers unpublished
+  // before it).
+  void on_every_reactor(const std::function<void(ReactorContext&)>& fn);
+
   // Hands an accepted socket to the next reactor (`peer` for the log).
   void dispatch_accepted(int fd, std::string peer, uint16_t local_port,
                          bool discovery_listener = false, bool tls = false, AnaPort* ana = nullptr);
@@ -147,6 +199,22 @@ class Target {
   std::atomic<uint32_t> open_connections_{0};
   std::atomic<uint64_t> auth_succeeded_{0}, auth_failed_{0};
   std::unique_ptr<transport::TlsContext> tls_;
+  // live.cc: the configuration as changed live, and namespaces removed while I/O was still
+  // running on them (closed once nothing holds them).
+  TargetConfig live_;
+  struct Draining {
+    std::unique_ptr<Namespace> ns;
+    std::string name;
+  };
+  std::vector<Draining> draining_;
+  void notify_namespace_changed(Subsystem* sub, uint32_t nsid);
+  void disconnect_where(const std::function<bool(const Controller&)>& match);
+  // Waits for the requests holding `ns` (up to `drain`); true when none is left.
+  bool drain_namespace(Namespace* ns, Nanos drain);
+  // Closes `ns` once no request holds it: its reactor queues, then its device.
+  void destroy_namespace(std::unique_ptr<Namespace> ns);
+  void sweep_draining();
+  std::string retire_namespace(Subsystem* sub, uint32_t nsid, Nanos drain, std::string* note);
   std::vector<auth::ConfiguredPsk> tls_keys_;
   bool find_tls_psk(const std::string& identity, transport::TlsPsk* psk, std::string* why);
   bool running_ = false;

@@ -74,6 +74,7 @@ TcpQueue::~TcpQueue() {
   for (auto& s : slots_) {
     pool_.cancel(s.get());
     give_back_buffer(s->req);
+    bind_ns(s->req, nullptr);  // requests the close left behind let their namespace go
   }
   if (staging_mem_) ctx_.staging_pool->put(staging_mem_, kIoStaging);  // the reader is done
 }
@@ -357,7 +358,7 @@ bool TcpQueue::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& lay
   r.in_capsule = layout.data_len != 0;
   r.fetch = false;
   r.owns_cid = false;
-  r.ns = nullptr;
+  bind_ns(r, nullptr);  // (null already: release() let it go)
   ++commands_;
   if (sq_entries_ > 1) sqhd_ = uint16_t((sqhd_ + 1) % sq_entries_);
   if (qid_ == 0 && ctrl_) last_admin_ = ctx_.reactor.now();
@@ -518,6 +519,7 @@ void TcpQueue::release(Request& r) {
   r.owns_cid = false;
   give_back_buffer(r);
   r.buf_bytes = 0;
+  bind_ns(r, nullptr);
   states_.advance(r, S::kFree);
   --active_requests_;
   ctx_.reactor.add_outstanding(-1);
@@ -532,7 +534,8 @@ void TcpQueue::set_max_plen() {
 }
 
 void TcpQueue::on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
-                            uint32_t sq_entries, bool sq_flow_disabled, const HostAuth* auth) {
+                            uint32_t sq_entries, bool sq_flow_disabled,
+                            std::shared_ptr<const HostAuth> auth) {
   subsystem_ = sub;
   ctrl_ = std::move(ctrl);
   qid_ = qid;
@@ -544,7 +547,7 @@ void TcpQueue::on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, ui
     // The set-up deadline now bounds the authentication: a host that connects and never
     // proves its key is dropped.
     dhchap_ = std::make_unique<DhchapSession>(
-        *auth, sub->dhchap_hashes, sub->dhchap_dhgroups,
+        std::move(auth), sub->dhchap_hashes, sub->dhchap_dhgroups,
         DhchapSession::Identity{ctrl_->hostnqn, sub->nqn, ctrl_->cntlid, qid});
     state_ = State::kAuthenticating;
     ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kAuthTimeout);
@@ -553,7 +556,7 @@ void TcpQueue::on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, ui
     ctx_.reactor.cancel(setup_timer_);
   }
   set_max_plen();
-  if (qid_ != 0) resv_cache_.assign(sub->namespaces.size(), ResvCache{});
+  if (qid_ != 0) resv_cache_.assign(sub->namespace_count(), ResvCache{});
   if (qid_ != 0) {
     // Under tyche the staging buffer comes coloured from the reactor's staging pool: the
     // heads of many connections' buffers then spread over the cache sets.
@@ -564,7 +567,8 @@ void TcpQueue::on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, ui
       if (mem) ctx_.staging_pool->put(mem, kIoStaging);
       reader_.set_staging(kIoStaging);
     }
-    sendq_.set_config(ctx_.config.coalesce);  // I/O queues coalesce
+    // I/O queues coalesce: as the subsystem was retuned live, else as the target is now
+    sendq_.set_config(sub->coalescing().value_or(ctx_.coalescing()));
   }
   // Keep alive starts once the host may send one: a host computing its DH value sends nothing.
   if (qid_ == 0 && ctrl_->kato_ms && !auth) reset_keep_alive();
@@ -619,14 +623,29 @@ Request& TcpQueue::unpark_aer(uint32_t i) {
 }
 
 void TcpQueue::deliver_events() {
-  if (closed_ || qid_ != 0 || !ctrl_ || aer_outstanding_ == 0) return;
-  constexpr uint32_t kAecAnaChange = 1u << 11;
-  if (!(ctrl_->async_event_config.load() & kAecAnaChange)) return;
-  if (ctrl_->ana_event_masked.load() || !ctrl_->ana_event_pending.exchange(false)) return;
-  ctrl_->ana_event_masked = true;  // until the host reads the ANA log page (RAE = 0)
-  Request& r = unpark_aer(0);
-  // Notice (type 2), ANA change (info 03h), log page 0Ch.
-  complete(r, st::kSuccess, 0x2u | (0x03u << 8) | (0x0Cu << 16));
+  if (closed_ || qid_ != 0 || !ctrl_) return;
+  // Each notice: its enable bit (Set Features 0Bh), pending and masked flags (masked until
+  // the host reads its log page with RAE clear), and the AER's result: Notice (type 2), the
+  // information code, the log page.
+  struct Notice {
+    uint32_t enable_bit;
+    std::atomic<bool>& pending;
+    std::atomic<bool>& masked;
+    uint32_t result;
+  };
+  Notice notices[] = {
+      {1u << 8, ctrl_->ns_event_pending, ctrl_->ns_event_masked,
+       0x2u | (0x00u << 8) | (0x04u << 16)},
+      {1u << 11, ctrl_->ana_event_pending, ctrl_->ana_event_masked,
+       0x2u | (0x03u << 8) | (0x0Cu << 16)},
+  };
+  for (auto& n : notices) {
+    if (aer_outstanding_ == 0) return;
+    if (!(ctrl_->async_event_config.load() & n.enable_bit)) continue;
+    if (n.masked.load() || !n.pending.exchange(false)) continue;
+    n.masked = true;
+    complete(unpark_aer(0), st::kSuccess, n.result);
+  }
 }
 
 void TcpQueue::reset_keep_alive() {
@@ -661,6 +680,19 @@ void TcpQueue::on_setup_timer() {
            static_cast<long long>(
                (state_ == State::kAuthenticating ? kAuthTimeout : kSetupTimeout) / kSecond));
   close("setup timeout");
+}
+
+void TcpQueue::retune_coalescing(const Subsystem* sub, const coalesce::Config& config) {
+  if (closed_ || qid_ == 0 || !subsystem_) return;  // admin queues never coalesce
+  // Target-wide: the connections of subsystems that have their own setting keep it.
+  if (sub ? sub != subsystem_ : subsystem_->coalescing().has_value()) return;
+  sendq_.retune(config);
+}
+
+void TcpQueue::reset_counters() {
+  sendq_.reset_counters();
+  reader_.reset_counters();
+  commands_ = 0;
 }
 
 nlohmann::json TcpQueue::stats_json() const {

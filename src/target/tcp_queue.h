@@ -51,6 +51,9 @@ class TcpQueue final : public CommandQueue,
   bool reapable() const { return closed_ && inflight_io_ == 0 && !resume_scheduled_; }
   // Runs the requests (and the held reader) that the buffer pool has served since.
   void run_resumed();
+  // Live changes (ReactorContext::retune_coalescing, reset_stats).
+  void retune_coalescing(const Subsystem* sub, const coalesce::Config& config);
+  void reset_counters();
 
   // EventHandler
   void on_event(uint32_t events) override;
@@ -71,13 +74,15 @@ class TcpQueue final : public CommandQueue,
   void offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
                OffloadDone done) override;
   void on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
-                    uint32_t sq_entries, bool sq_flow_disabled, const HostAuth* auth) override;
+                    uint32_t sq_entries, bool sq_flow_disabled,
+                    std::shared_ptr<const HostAuth> auth) override;
   void on_authenticated(bool ok) override;
   void disconnect(Request& r) override;
   uint64_t connection_id() const override { return id_; }
   bool via_discovery_listener() const override { return endpoint_.discovery_listener; }
   const std::string* tls_identity() const override;
   const std::string& local_address() const override { return endpoint_.local_address; }
+  const std::string& peer_address() const override { return endpoint_.peer; }
   void keep_alive_changed() override;
   bool park_aer(Request& r) override;
   AnaPort* ana_port() const override { return endpoint_.ana; }

@@ -10,6 +10,8 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "mgmt/rpc_server.h"
+#include "mgmt/target_methods.h"
 #include "target/target.h"
 #include "tools/cli.h"
 #include "tools/command.h"
@@ -147,6 +149,12 @@ int run_target(int argc, char** argv) {
       ->default_str("0");
   app.add_option("--stats-json", cli.stats_json,
                  "write the coalescing counters here at exit and on SIGUSR1");
+  std::string rpc_path = "/var/tmp/sens.sock";
+  app.add_option("--rpc", rpc_path,
+                 "the management socket (JSON-RPC 2.0, mode 0600; `sens rpc` is its client), or "
+                 "'none'. When the default one is taken by another target this one runs "
+                 "without; a path given here must be free")
+      ->default_str("/var/tmp/sens.sock");
   app.add_flag("--dump-config", dump, "print the effective configuration as JSON and exit");
   app.add_flag("-v,--verbose", verbose, "log every connection");
   app.add_flag("-q,--quiet", quiet, "log errors only");
@@ -317,15 +325,15 @@ int run_target(int argc, char** argv) {
     std::fprintf(stderr, "sens target: %s\n", error.c_str());
     return 1;
   }
-  for (auto& s : t.registry().subsystems()) {
+  for (target::Subsystem* s : t.registry().subsystems()) {
     std::printf("subsystem %s\n", s->nqn.c_str());
-    for (auto& ns : s->namespaces)
+    for (target::Namespace* ns : s->active_namespaces())
       std::printf("  namespace %u: %s, %llu blocks of %u bytes\n", ns->nsid,
-                  ns->device->describe().c_str(), static_cast<unsigned long long>(ns->blocks),
-                  1u << ns->block_shift);
-    for (auto& [host, keys] : s->host_auth)
+                  ns->device->describe().c_str(),
+                  static_cast<unsigned long long>(ns->blocks.load()), 1u << ns->block_shift);
+    for (auto& host : s->keyed_hosts())
       std::printf("  host %s authenticates (DH-HMAC-CHAP%s)\n", host.c_str(),
-                  keys.ctrl_key.empty() ? "" : ", bidirectional on request");
+                  s->auth_for(host)->ctrl_key.empty() ? "" : ", bidirectional on request");
   }
   const target::Target::Bound* first_io = nullptr;
   for (auto& b : t.bound()) {
@@ -357,24 +365,46 @@ int run_target(int argc, char** argv) {
     std::printf("  sens perf -r 'trtype:tcp traddr:%s trsvcid:%u subnqn:%s' --rw randread\n",
                 first_io->host.c_str(), first_io->port, cfg.subsystems[0].nqn.c_str());
   }
+  // The management socket opens once the target serves: a client that connects may use it.
+  std::unique_ptr<mgmt::RpcServer> rpc;
+  if (rpc_path != "none") {
+    rpc = std::make_unique<mgmt::RpcServer>(mgmt::target_handlers(t));
+    if (auto why = rpc->start(rpc_path); !why.empty()) {
+      if (!app.count("--rpc") && why.find("in use") != std::string::npos) {
+        LOG_WARN("%s: this target has no management socket (give it --rpc PATH)", why.c_str());
+        rpc.reset();
+      } else {
+        std::fprintf(stderr, "sens target: %s\n", why.c_str());
+        t.stop();
+        return 1;
+      }
+    } else {
+      std::printf("management: sens rpc --socket %s (JSON-RPC 2.0)\n", rpc_path.c_str());
+    }
+  }
   std::fflush(stdout);
 
   for (;;) {
     int sig = 0;
     sigwait(&set, &sig);
     if (sig == SIGHUP) {
-      // Run-time ANA: the listeners' ana= options of the config file, re-read.
+      // The config file, re-read and applied through the live changes the RPC makes.
       if (config_file.empty()) {
-        LOG_WARN("SIGHUP: no --config file to re-read; ANA states unchanged");
+        LOG_WARN("SIGHUP: no --config file to re-read; nothing changed");
         continue;
       }
       target::TargetConfig fresh;
       std::string why;
       if (!target::load_json(config_file, &fresh, &why)) {
-        LOG_WARN("SIGHUP: %s; ANA states unchanged", why.c_str());
+        LOG_WARN("SIGHUP: %s; nothing changed", why.c_str());
         continue;
       }
-      for (auto& line : t.reload_ana(fresh)) LOG_INFO("SIGHUP: %s", line.c_str());
+      target::apply_defaults(fresh);
+      // What the command line set stays as it set it (it overrides the file).
+      for (const char* o : {"--coalesce", "--pg-pdus", "--pg-timeout-us", "--ctrl-pdus",
+                            "--ctrl-timeout-us", "--pg-bytes"})
+        if (app.count(o)) fresh.coalesce = cfg.coalesce;
+      for (auto& line : t.apply_config(fresh)) LOG_INFO("SIGHUP: %s", line.c_str());
       continue;
     }
     if (sig == SIGUSR1) {
@@ -389,6 +419,7 @@ int run_target(int argc, char** argv) {
   std::printf("stopping\n");
   std::fflush(stdout);
   bool ok = write_stats(t, cfg.stats_json);
+  if (rpc) rpc->stop();  // (no change may run while the target stops)
   t.stop();
   if (!ok) LOG_WARN("cannot write %s", cfg.stats_json.c_str());
   return 0;

@@ -81,6 +81,7 @@ class PduReader {
   Status feed(const uint8_t* data, size_t len);
 
   const RecvCounters& counters() const { return counters_; }
+  void reset_counters() { counters_ = RecvCounters{}; }
 
  private:
   enum class State { kHeader, kPayload, kDigest };

@@ -34,6 +34,17 @@ void SendQueue::set_config(const coalesce::Config& config) {
   new (&scheduler_) coalesce::Scheduler(config, reactor_.clock());
 }
 
+void SendQueue::retune(const coalesce::Config& config) {
+  coalesce::Stats kept = scheduler_.stats();
+  set_config(config);
+  scheduler_.adopt_stats(std::move(kept));
+}
+
+void SendQueue::reset_counters() {
+  counters_ = SendCounters{};
+  scheduler_.adopt_stats(coalesce::Stats{});
+}
+
 void SendQueue::enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent) {
   enqueue_changeable(iov, n, -1, nullptr, cls, sent);
 }

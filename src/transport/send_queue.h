@@ -54,6 +54,10 @@ class SendQueue final : public PassEndHandler {
   void set_tls(TlsChannel* tls) { tls_ = tls; }
   // Changes the policy (e.g. an admin queue that must never delay: Policy::kOff).
   void set_config(const coalesce::Config& config);
+  // The same, keeping the counters (a live retune): what is queued leaves first, the next
+  // group follows the new configuration.
+  void retune(const coalesce::Config& config);
+  void reset_counters();
 
   // Queues one PDU made of `n` iovecs. `sent` runs once all its bytes are in the kernel.
   // `bytes` of the PDU count towards the byte cap. May send at once (policy, urgency, caps).

@@ -1,0 +1,164 @@
+#include "mgmt/methods.h"
+
+namespace sens::mgmt {
+
+const char* param_type_name(ParamType t) {
+  switch (t) {
+    case ParamType::kString:
+      return "a string";
+    case ParamType::kInt:
+      return "an integer >= 0";
+    case ParamType::kBool:
+      return "true or false";
+    case ParamType::kSize:
+      return "a size (bytes, or with a unit: 512M, 2G)";
+    case ParamType::kStrings:
+      return "an array of strings";
+  }
+  return "?";
+}
+
+namespace {
+
+using P = ParamType;
+
+const ParamSpec kNqn{"nqn", P::kString, true, "the subsystem's NQN"};
+const ParamSpec kNsid{"nsid", P::kInt, true, "the namespace ID"};
+const ParamSpec kHost{"host", P::kString, true, "the host's NQN"};
+
+std::vector<MethodSpec> make_specs() {
+  return {
+      {"rpc_get_methods",
+       "Lists the methods with their parameters.",
+       "sens rpc rpc_get_methods",
+       {}},
+      {"framework_wait_init",
+       "Answers once the target serves (its listeners are bound and its reactors run); the "
+       "socket opens only then, so `sens rpc --wait S framework_wait_init` waits for a start.",
+       "sens rpc --wait 10 framework_wait_init",
+       {}},
+      {"subsystem_list",
+       "Every I/O subsystem with its namespaces, hosts, listeners and controllers.",
+       "sens rpc subsystem_list",
+       {{"nqn", P::kString, false, "only this subsystem"}}},
+      {"subsystem_create",
+       "Creates a subsystem. Without hosts any host may connect (allow_any_host).",
+       "sens rpc subsystem_create --nqn nqn.2026-12.io.example:db --namespaces ram:1G",
+       {kNqn,
+        {"namespaces", P::kStrings, false, "namespace specs, as --ns takes them"},
+        {"allowed_hosts", P::kStrings, false, "host NQNs allowed to connect"},
+        {"allow_any_host", P::kBool, false, "any host may connect (default: when none is named)"}}},
+      {"subsystem_delete",
+       "Deletes a subsystem: its controllers are disconnected, its namespaces removed (running "
+       "commands finish first).",
+       "sens rpc subsystem_delete --nqn nqn.2026-12.io.example:db",
+       {kNqn}},
+      {"subsystem_allow_any_host",
+       "Lets any host connect (true), or only those on the allow-list (false: connected hosts "
+       "not on it are disconnected).",
+       "sens rpc subsystem_allow_any_host --nqn NQN --allow false",
+       {kNqn, {"allow", P::kBool, true, "true: any host"}}},
+      {"namespace_add",
+       "Adds a namespace of any backend --ns takes (ram:, null:, file:, rbd:); connected hosts get "
+       "a Namespace Attribute Changed event. Returns its nsid.",
+       "sens rpc namespace_add --nqn NQN --spec file:/srv/vol2.img",
+       {kNqn,
+        {"spec", P::kString, true, "the namespace spec (\"file:/path\", \"ram:1G\", ...)"},
+        {"nsid", P::kInt, false, "the nsid (default: the lowest free one)"}}},
+      {"namespace_remove",
+       "Removes a namespace: commands already running complete, later ones fail with Invalid "
+       "Namespace; hosts get a Namespace Attribute Changed event.",
+       "sens rpc namespace_remove --nqn NQN --nsid 2",
+       {kNqn,
+        kNsid,
+        {"drain_ms", P::kInt, false,
+         "how long to wait for running commands before answering (default 5000)"}}},
+      {"namespace_resize",
+       "Resizes a namespace (a file is truncated, an RBD image resized); without a size, takes "
+       "the size its backing store has now. Hosts get a Namespace Attribute Changed event.",
+       "sens rpc namespace_resize --nqn NQN --nsid 1 --size 2G",
+       {kNqn, kNsid, {"size", P::kSize, false, "the new size"}}},
+      {"host_allow",
+       "Allows a host (naming the first host ends allow_any_host), optionally with DH-HMAC-CHAP "
+       "keys; for a host already allowed, replaces its keys: connected controllers keep "
+       "working, the next authentication uses the new key.",
+       "sens rpc host_allow --nqn NQN --host nqn.2014-08.org.nvmexpress:uuid:... --key DHHC-1:...",
+       {kNqn,
+        kHost,
+        {"key", P::kString, false, "the host's DH-HMAC-CHAP secret (DHHC-1:xx:...:)"},
+        {"ctrl_key", P::kString, false, "the controller's secret (bidirectional)"}}},
+      {"host_disallow",
+       "Takes a host (and its keys) off the allow-list and disconnects its controllers.",
+       "sens rpc host_disallow --nqn NQN --host HOSTNQN",
+       {kNqn, kHost}},
+      {"controller_list",
+       "Live controllers: cntlid, subsystem, host NQN, address, queues.",
+       "sens rpc controller_list",
+       {{"nqn", P::kString, false, "only this subsystem's"}}},
+      {"controller_disconnect",
+       "Closes every queue of a controller (the host may reconnect, if still allowed).",
+       "sens rpc controller_disconnect --cntlid 17",
+       {{"cntlid", P::kInt, true, "the controller ID"}}},
+      {"listener_list",
+       "The listeners with the ANA state of each group through them.",
+       "sens rpc listener_list",
+       {}},
+      {"listener_set_ana",
+       "Sets the ANA state of one group (or every group) through an I/O listener; hosts "
+       "connected there get an ANA change event.",
+       "sens rpc listener_set_ana --address 10.0.0.1 --port 4420 --state inaccessible",
+       {{"address", P::kString, true, "the listener's address, as listener_list shows it"},
+        {"port", P::kInt, true, "its port"},
+        {"state", P::kString, true,
+         "optimized, non-optimized, inaccessible, persistent-loss, change"},
+        {"group", P::kInt, false, "the ANA group 1..32 (default: every group)"}}},
+      {"coalescing_get",
+       "The coalescing settings of the target, or of one subsystem.",
+       "sens rpc coalescing_get",
+       {{"nqn", P::kString, false, "a subsystem retuned on its own"}}},
+      {"coalescing_set",
+       "Retunes coalescing of every connection (or of one subsystem's), from its next flush; "
+       "parameters left out keep their value.",
+       "sens rpc coalescing_set --policy sens --pdus 32 --timeout_us 25",
+       {{"nqn", P::kString, false, "only this subsystem's connections"},
+        {"policy", P::kString, false, "off, uniform, sens, eager, adaptive"},
+        {"pdus", P::kInt, false, "B: PDUs per group"},
+        {"timeout_us", P::kInt, false, "T: the group's timer, microseconds"},
+        {"ctrl_pdus", P::kInt, false, "c2: R2T PDUs that flush at once"},
+        {"ctrl_timeout_us", P::kInt, false, "Tc: the R2T timer, microseconds"},
+        {"bytes", P::kInt, false, "the byte cap of a group"}}},
+      {"stats_get", "The counters, as --stats-json writes them.", "sens rpc stats_get", {}},
+      {"stats_reset",
+       "Zeroes the counters (coalescing, receive, reactor, authentication); gauges such as "
+       "open connections and buffers in use stay.",
+       "sens rpc stats_reset",
+       {}},
+      {"log_get_level", "The log level.", "sens rpc log_get_level", {}},
+      {"log_set_level",
+       "Sets the log level.",
+       "sens rpc log_set_level --level debug",
+       {{"level", P::kString, true, "error, warn, info or debug"}}},
+      {"save_config",
+       "The configuration as changed so far, in the JSON that --config reads; written to a file "
+       "(mode 0600) when a path is given.",
+       "sens rpc save_config --path /etc/sens/target.json --secrets inline",
+       {{"path", P::kString, false, "write it here (atomically: a temporary file, then rename)"},
+        {"secrets", P::kString, false,
+         "redact (default: keys as \"(secret)\", which --config refuses) or inline"}}},
+  };
+}
+
+}  // namespace
+
+const std::vector<MethodSpec>& method_specs() {
+  static const std::vector<MethodSpec> specs = make_specs();
+  return specs;
+}
+
+const MethodSpec* find_method(const std::string& name) {
+  for (auto& m : method_specs())
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+}  // namespace sens::mgmt

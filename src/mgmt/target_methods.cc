@@ -1,0 +1,344 @@
+#include "mgmt/target_methods.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "mgmt/rpc_server.h"
+#include "target/target.h"
+
+namespace sens::mgmt {
+
+using nlohmann::json;
+using target::Target;
+
+namespace {
+
+// A refused change: the target said why, nothing changed.
+void check(const std::string& error) {
+  if (!error.empty()) throw RpcError{kRefused, error};
+}
+
+std::string str(const json& p, const char* name, const std::string& fallback = "") {
+  return p.contains(name) ? p[name].get<std::string>() : fallback;
+}
+
+uint64_t num(const json& p, const char* name, uint64_t fallback = 0) {
+  return p.contains(name) ? p[name].get<uint64_t>() : fallback;
+}
+
+uint64_t size_param(const json& p, const char* name) {
+  if (!p.contains(name)) return 0;
+  const json& v = p[name];
+  return v.is_string() ? *parse_size(v.get<std::string>()) : v.get<uint64_t>();
+}
+
+std::vector<std::string> strings(const json& p, const char* name) {
+  return p.contains(name) ? p[name].get<std::vector<std::string>>() : std::vector<std::string>{};
+}
+
+std::string hex(const uint8_t* b, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += d[b[i] >> 4];
+    s += d[b[i] & 15];
+  }
+  return s;
+}
+
+json controller_json(target::Controller& c) {
+  json queues = json::array();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    for (auto& q : c.queues) queues.push_back(q.qid);
+  }
+  return {{"cntlid", c.cntlid},
+          {"subsystem", c.subsystem->nqn},
+          {"hostnqn", c.hostnqn},
+          {"hostid", hex(c.hostid, 16)},
+          {"address", c.peer},
+          {"kato_ms", c.kato_ms},
+          {"authenticated", c.auth != nullptr},
+          {"queues", queues}};
+}
+
+json subsystem_json(Target& t, target::Subsystem& s) {
+  json namespaces = json::array();
+  for (target::Namespace* ns : s.active_namespaces())
+    namespaces.push_back({{"nsid", ns->nsid},
+                          {"spec", ns->spec},
+                          {"device", ns->device->describe()},
+                          {"size_bytes", ns->blocks.load() << ns->block_shift},
+                          {"block_size", 1u << ns->block_shift},
+                          {"anagrpid", ns->anagrpid},
+                          {"nguid", hex(ns->nguid, 16)},
+                          {"uuid", hex(ns->uuid, 16)}});
+  json listeners = json::array();
+  for (auto& b : t.bound())
+    if (!b.discovery) listeners.push_back({{"address", b.host}, {"port", b.port}, {"tls", b.tls}});
+  json controllers = json::array();
+  for (auto& c : t.registry().controllers())
+    if (c->subsystem == &s) controllers.push_back(controller_json(*c));
+  return {{"nqn", s.nqn},
+          {"serial", s.serial},
+          {"allow_any_host", s.allow_any_host()},
+          {"allowed_hosts", s.allowed_hosts()},
+          {"hosts_with_keys", s.keyed_hosts()},
+          {"namespaces", namespaces},
+          {"listeners", listeners},
+          {"controllers", controllers}};
+}
+
+json coalescing_json(const coalesce::Config& c) {
+  return {{"policy", coalesce::policy_name(c.policy)},  {"pdus", c.pdus},
+          {"timeout_us", c.timeout / kMicro},           {"ctrl_pdus", c.ctrl_pdus},
+          {"ctrl_timeout_us", c.ctrl_timeout / kMicro}, {"bytes", c.bytes}};
+}
+
+const char* level_name(LogLevel l) {
+  switch (l) {
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kDebug:
+      return "debug";
+  }
+  return "?";
+}
+
+// Writes `text` to `path` with mode 0600: a temporary file beside it, then rename, so a
+// reader never sees half a configuration.
+void write_private(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw RpcError{kRefused, tmp + ": " + std::strerror(errno)};
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw RpcError{kRefused, tmp + ": " + std::strerror(err)};
+    }
+    off += size_t(n);
+  }
+  bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw RpcError{kRefused, path + ": " + std::strerror(err)};
+  }
+}
+
+}  // namespace
+
+std::map<std::string, Handler> target_handlers(Target& t) {
+  std::map<std::string, Handler> h;
+  h["rpc_get_methods"] = [](const json&) {
+    json out = json::array();
+    for (auto& m : method_specs()) {
+      json params = json::array();
+      for (auto& p : m.params)
+        params.push_back({{"name", p.name},
+                          {"type", param_type_name(p.type)},
+                          {"required", p.required},
+                          {"help", p.help}});
+      out.push_back({{"name", m.name}, {"help", m.help}, {"params", params}});
+    }
+    return out;
+  };
+  h["framework_wait_init"] = [&t](const json&) {
+    json listeners = json::array();
+    for (auto& b : t.bound())
+      listeners.push_back(
+          {{"address", b.host}, {"port", b.port}, {"discovery", b.discovery}, {"tls", b.tls}});
+    return json{{"ready", true}, {"listeners", listeners}};
+  };
+  h["subsystem_list"] = [&t](const json& p) {
+    json out = json::array();
+    std::string only = str(p, "nqn");
+    for (target::Subsystem* s : t.registry().subsystems())
+      if (only.empty() || s->nqn == only) out.push_back(subsystem_json(t, *s));
+    if (!only.empty() && out.empty()) throw RpcError{kRefused, "no subsystem '" + only + "'"};
+    return out;
+  };
+  h["subsystem_create"] = [&t](const json& p) {
+    target::SubsystemConfig sc;
+    sc.nqn = str(p, "nqn");
+    sc.namespaces = strings(p, "namespaces");
+    sc.allowed_hosts = strings(p, "allowed_hosts");
+    sc.allow_any_host =
+        p.contains("allow_any_host") ? p["allow_any_host"].get<bool>() : sc.allowed_hosts.empty();
+    if (sc.allow_any_host && !sc.allowed_hosts.empty())
+      throw RpcError{kInvalidParams, "allow_any_host is true but allowed_hosts names hosts"};
+    check(t.create_subsystem(sc));
+    return json{{"nqn", sc.nqn}};
+  };
+  h["subsystem_delete"] = [&t](const json& p) {
+    check(t.delete_subsystem(str(p, "nqn")));
+    return json(true);
+  };
+  h["subsystem_allow_any_host"] = [&t](const json& p) {
+    check(t.set_allow_any_host(str(p, "nqn"), p["allow"].get<bool>()));
+    return json(true);
+  };
+  h["namespace_add"] = [&t](const json& p) {
+    uint32_t nsid = 0;
+    uint64_t want = num(p, "nsid");
+    if (want > target::kMaxNsid)
+      throw RpcError{kInvalidParams, "nsid must be 1.." + std::to_string(target::kMaxNsid)};
+    check(t.add_namespace(str(p, "nqn"), str(p, "spec"), uint32_t(want), &nsid));
+    return json{{"nsid", nsid}};
+  };
+  h["namespace_remove"] = [&t](const json& p) {
+    std::string note;
+    uint64_t nsid = num(p, "nsid");
+    if (nsid == 0 || nsid > target::kMaxNsid)
+      throw RpcError{kInvalidParams, "nsid must be 1.." + std::to_string(target::kMaxNsid)};
+    check(t.remove_namespace(str(p, "nqn"), uint32_t(nsid),
+                             Nanos(num(p, "drain_ms", 5000)) * kMilli, &note));
+    json out{{"removed", true}};
+    if (!note.empty()) out["note"] = note;
+    return out;
+  };
+  h["namespace_resize"] = [&t](const json& p) {
+    uint64_t nsid = num(p, "nsid");
+    if (nsid == 0 || nsid > target::kMaxNsid)
+      throw RpcError{kInvalidParams, "nsid must be 1.." + std::to_string(target::kMaxNsid)};
+    std::string nqn = str(p, "nqn");
+    check(t.resize_namespace(nqn, uint32_t(nsid), size_param(p, "size")));
+    target::Namespace* ns = t.registry().find(nqn)->ns(uint32_t(nsid));
+    return json{{"size_bytes", ns ? ns->blocks.load() << ns->block_shift : 0}};
+  };
+  h["host_allow"] = [&t](const json& p) {
+    check(t.allow_host(str(p, "nqn"), str(p, "host"), str(p, "key"), str(p, "ctrl_key")));
+    return json(true);
+  };
+  h["host_disallow"] = [&t](const json& p) {
+    check(t.disallow_host(str(p, "nqn"), str(p, "host")));
+    return json(true);
+  };
+  h["controller_list"] = [&t](const json& p) {
+    json out = json::array();
+    std::string only = str(p, "nqn");
+    for (auto& c : t.registry().controllers())
+      if (only.empty() || c->subsystem->nqn == only) out.push_back(controller_json(*c));
+    return out;
+  };
+  h["controller_disconnect"] = [&t](const json& p) {
+    uint64_t id = num(p, "cntlid");
+    if (id == 0 || id > 0xFFEF) throw RpcError{kInvalidParams, "cntlid must be 1..65519"};
+    check(t.disconnect_controller(uint16_t(id)));
+    return json(true);
+  };
+  h["listener_list"] = [&t](const json&) {
+    json out = json::array();
+    const auto& ports = t.registry().ana_ports();
+    for (auto& b : t.bound()) {
+      json l{{"address", b.host}, {"port", b.port}, {"discovery", b.discovery}, {"tls", b.tls}};
+      for (auto& port : ports)
+        if (!b.discovery && port->host == b.host && port->port == b.port) {
+          json groups = json::object();
+          for (uint32_t g = 1; g <= target::ana::kMaxGroups; ++g)
+            groups[std::to_string(g)] = target::ana::state_name(port->state(g));
+          l["ana"] = groups;
+        }
+      out.push_back(l);
+    }
+    return out;
+  };
+  h["listener_set_ana"] = [&t](const json& p) {
+    uint8_t state;
+    if (!target::ana::parse_state(str(p, "state"), &state))
+      throw RpcError{kInvalidParams, "state '" + str(p, "state") +
+                                         "': optimized, non-optimized, inaccessible, "
+                                         "persistent-loss or change"};
+    uint64_t group = num(p, "group");
+    if (group > target::ana::kMaxGroups)
+      throw RpcError{kInvalidParams, "group must be 1..32 (or left out: every group)"};
+    std::string address = str(p, "address");
+    uint64_t port = num(p, "port");
+    const auto& ports = t.registry().ana_ports();
+    for (size_t i = 0; i < ports.size(); ++i)
+      if (ports[i]->host == address && ports[i]->port == port) {
+        std::lock_guard<std::mutex> lock(t.registry().management_mutex());
+        int changed = t.set_ana_state(i, uint32_t(group), state);
+        return json{{"groups_changed", changed}};
+      }
+    throw RpcError{kRefused, "no I/O listener " + address + ":" + std::to_string(port) +
+                                 " (listener_list shows them)"};
+  };
+  h["coalescing_get"] = [&t](const json& p) {
+    std::string error;
+    auto c = t.coalescing(str(p, "nqn"), &error);
+    check(error);
+    return coalescing_json(c);
+  };
+  h["coalescing_set"] = [&t](const json& p) {
+    std::string nqn = str(p, "nqn"), error;
+    coalesce::Config c = t.coalescing(nqn, &error);
+    check(error);
+    if (p.contains("policy") && !coalesce::parse_policy(str(p, "policy"), &c.policy))
+      throw RpcError{kInvalidParams,
+                     "policy '" + str(p, "policy") + "': off, uniform, sens, eager or adaptive"};
+    auto u32 = [&](const char* name, uint32_t& field) {
+      if (!p.contains(name)) return;
+      uint64_t v = num(p, name);
+      if (v > UINT32_MAX) throw RpcError{kInvalidParams, std::string(name) + " is too large"};
+      field = uint32_t(v);
+    };
+    auto us = [&](const char* name, Nanos& field) {
+      if (!p.contains(name)) return;
+      uint64_t v = num(p, name);
+      if (v > 10'000'000) throw RpcError{kInvalidParams, std::string(name) + ": at most 10 s"};
+      field = Nanos(v) * kMicro;
+    };
+    u32("pdus", c.pdus);
+    u32("ctrl_pdus", c.ctrl_pdus);
+    u32("bytes", c.bytes);
+    us("timeout_us", c.timeout);
+    us("ctrl_timeout_us", c.ctrl_timeout);
+    check(t.set_coalescing(nqn, c));
+    return coalescing_json(c);
+  };
+  h["stats_get"] = [&t](const json&) { return t.stats_json(); };
+  h["stats_reset"] = [&t](const json&) {
+    t.reset_stats();
+    return json(true);
+  };
+  h["log_get_level"] = [](const json&) { return json(level_name(g_log_level.load())); };
+  h["log_set_level"] = [](const json& p) {
+    std::string name = str(p, "level");
+    for (LogLevel l : {LogLevel::kError, LogLevel::kWarn, LogLevel::kInfo, LogLevel::kDebug})
+      if (name == level_name(l)) {
+        g_log_level = l;
+        return json(name);
+      }
+    throw RpcError{kInvalidParams, "level '" + name + "': error, warn, info or debug"};
+  };
+  h["save_config"] = [&t](const json& p) {
+    std::string secrets = str(p, "secrets", "redact");
+    if (secrets != "redact" && secrets != "inline")
+      throw RpcError{kInvalidParams, "secrets '" + secrets + "': redact or inline"};
+    std::string text = target::to_json_text(t.live_config(), secrets == "inline");
+    if (!p.contains("path")) return json::parse(text);
+    std::string path = str(p, "path");
+    write_private(path, text + "\n");
+    LOG_INFO("configuration saved to %s", path.c_str());
+    return json{{"path", path}};
+  };
+  return h;
+}
+
+}  // namespace sens::mgmt

@@ -1,0 +1,508 @@
+// Live changes to a running target: subsystems, namespaces, hosts, controllers, coalescing.
+//
+// Each change runs on a management thread (the RPC server, SIGHUP), one at a time under the
+// registry's management lock, and is all-or-nothing: everything is checked before anything
+// changes. Reactors never take that lock. They see a change in one of two ways:
+//  - publication: a namespace slot, a host list or a key is swapped atomically (or under a
+//    lock taken only at Connect), and the old object lives on while anything uses it;
+//  - a message: work posted to each reactor (Reactor::post), run between its passes.
+// A namespace taken out of the table is destroyed only after a grace period (every reactor
+// has run a message, so no pass still holds a pointer it loaded before) and once no request
+// holds it (Namespace::held()).
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "common/log.h"
+#include "target/ns_options.h"
+#include "target/target.h"
+
+namespace sens::target {
+
+namespace {
+
+SubsystemConfig* find_config(TargetConfig& c, const std::string& nqn) {
+  for (auto& s : c.subsystems)
+    if (s.nqn == nqn) return &s;
+  return nullptr;
+}
+
+std::string ns_name(const std::string& nqn, uint32_t nsid) {
+  return "namespace " + std::to_string(nsid) + " of " + nqn;
+}
+
+// `spec` with nsid=N, so that a saved configuration keeps the nsid however many namespaces
+// before it were removed.
+std::string spec_with_nsid(const std::string& spec, uint32_t nsid) {
+  NamespaceOptions o;
+  std::string error;
+  if (parse_namespace_options(spec, &o, &error) && o.nsid == nsid) return spec;
+  return spec + ",nsid=" + std::to_string(nsid);
+}
+
+}  // namespace
+
+void Target::on_every_reactor(const std::function<void(ReactorContext&)>& fn) {
+  if (!running_) {  // (no reactor thread runs: nothing to wait for)
+    for (auto& ctx : ctxs_) fn(*ctx);
+    return;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t done = 0;
+  for (auto& ctx : ctxs_) {
+    ReactorContext* c = ctx.get();
+    c->reactor.post([&, c] {
+      fn(*c);
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done == ctxs_.size(); });
+}
+
+TargetConfig Target::live_config() {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  return live_;
+}
+
+void Target::notify_namespace_changed(Subsystem* sub, uint32_t nsid) {
+  for (auto& c : registry_.controllers()) {
+    if (c->subsystem != sub) continue;
+    c->note_namespace_changed(nsid);
+    std::lock_guard<std::mutex> lock(c->mu);
+    for (auto& ref : c->queues) {
+      if (ref.qid != 0 || !ref.ctx) continue;
+      ReactorContext* ctx = ref.ctx;
+      uint64_t id = ref.conn_id;
+      ctx->reactor.post([ctx, id] { ctx->deliver_events(id); });
+    }
+  }
+}
+
+void Target::disconnect_where(const std::function<bool(const Controller&)>& match) {
+  for (auto& c : registry_.controllers()) {
+    if (!match(*c)) continue;
+    // Every queue, the admin queue included: the host sees the connection drop and (Linux)
+    // reconnects after its reconnect delay, to be refused if it is no longer allowed.
+    std::lock_guard<std::mutex> lock(c->mu);
+    for (auto& ref : c->queues) {
+      if (!ref.ctx) continue;
+      ReactorContext* ctx = ref.ctx;
+      uint64_t id = ref.conn_id;
+      ctx->reactor.post([ctx, id] { ctx->close_connection(id, "disconnected by the operator"); });
+    }
+  }
+}
+
+bool Target::drain_namespace(Namespace* ns, Nanos drain) {
+  on_every_reactor([](ReactorContext&) {});  // grace period: see the top of this file
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(drain);
+  while (ns->held() != 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+void Target::destroy_namespace(std::unique_ptr<Namespace> ns) {
+  const Namespace* raw = ns.get();
+  on_every_reactor([raw](ReactorContext& ctx) { ctx.forget_namespace(raw); });
+  ns->reservations.worker().stop();
+  if (int rc = ns->device->sync(); rc < 0)
+    LOG_WARN("namespace %u removed: its final flush failed: %s", ns->nsid, std::strerror(-rc));
+  ns.reset();  // closes the device
+}
+
+void Target::sweep_draining() {
+  for (auto it = draining_.begin(); it != draining_.end();) {
+    if (it->ns->held() != 0) {
+      ++it;
+      continue;
+    }
+    LOG_INFO("%s: the last command finished; its device is closed", it->name.c_str());
+    destroy_namespace(std::move(it->ns));
+    it = draining_.erase(it);
+  }
+}
+
+std::string Target::retire_namespace(Subsystem* sub, uint32_t nsid, Nanos drain,
+                                     std::string* note) {
+  auto ns = sub->unpublish(nsid);
+  if (!ns) return ns_name(sub->nqn, nsid) + " does not exist";
+  notify_namespace_changed(sub, nsid);
+  if (!drain_namespace(ns.get(), drain)) {
+    uint64_t left = ns->held();
+    std::string name = ns_name(sub->nqn, nsid);
+    if (note)
+      *note = std::to_string(left) +
+              " command(s) still running on it; its device closes when they finish";
+    LOG_INFO("%s removed with %llu command(s) still running", name.c_str(),
+             static_cast<unsigned long long>(left));
+    draining_.push_back({std::move(ns), name});
+    return "";
+  }
+  destroy_namespace(std::move(ns));
+  return "";
+}
+
+// ---------------------------------------------------------------------------- subsystems
+
+std::string Target::create_subsystem(const SubsystemConfig& sc) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  sweep_draining();
+  if (find_config(live_, sc.nqn) || registry_.find(sc.nqn))
+    return "subsystem '" + sc.nqn + "' exists";
+  TargetConfig candidate = live_;
+  candidate.subsystems.push_back(sc);
+  if (auto error = validate(candidate); !error.empty()) return error;
+  if (auto error = registry_.add_subsystem(sc); !error.empty()) return error;
+  live_ = std::move(candidate);
+  LOG_INFO("subsystem %s created (%zu namespace(s))", sc.nqn.c_str(), sc.namespaces.size());
+  return "";
+}
+
+std::string Target::delete_subsystem(const std::string& nqn) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  sweep_draining();
+  Subsystem* sub = registry_.find(nqn);
+  if (!sub || sub->discovery) return "no subsystem '" + nqn + "'";
+  registry_.remove_subsystem(sub);  // no new Connect finds it
+  disconnect_where([sub](const Controller& c) { return c.subsystem == sub; });
+  for (Namespace* ns : sub->active_namespaces()) {
+    std::string note;
+    retire_namespace(sub, ns->nsid, 5 * kSecond, &note);
+  }
+  auto& subs = live_.subsystems;
+  subs.erase(std::remove_if(subs.begin(), subs.end(),
+                            [&](const SubsystemConfig& s) { return s.nqn == nqn; }),
+             subs.end());
+  LOG_INFO("subsystem %s deleted", nqn.c_str());
+  return "";
+}
+
+// ---------------------------------------------------------------------------- namespaces
+
+std::string Target::add_namespace(const std::string& nqn, const std::string& spec, uint32_t nsid,
+                                  uint32_t* assigned) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  sweep_draining();
+  Subsystem* sub = registry_.find(nqn);
+  SubsystemConfig* sc = find_config(live_, nqn);
+  if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
+  if (auto error = check_namespace_spec(spec); !error.empty()) return error;
+  NamespaceOptions opts;
+  std::string error;
+  parse_namespace_options(spec, &opts, &error);
+  if (nsid && opts.nsid && nsid != opts.nsid)
+    return "nsid " + std::to_string(nsid) + " and the spec's nsid=" + std::to_string(opts.nsid) +
+           " differ";
+  if (!nsid) nsid = opts.nsid;
+  if (nsid > kMaxNsid) return "nsid must be 1.." + std::to_string(kMaxNsid);
+  if (!nsid) {
+    for (uint32_t i = 1; i <= kMaxNsid && !nsid; ++i)
+      if (!sub->ns(i)) nsid = i;
+    if (!nsid) return nqn + " has " + std::to_string(kMaxNsid) + " namespaces already";
+  } else if (sub->ns(nsid)) {
+    return ns_name(nqn, nsid) + " exists";
+  }
+  for (auto& d : draining_)
+    if (d.name == ns_name(nqn, nsid))
+      return ns_name(nqn, nsid) + " is still draining its last commands; try again";
+  auto ns = registry_.make_namespace(nqn, nsid, spec, &error);
+  if (!ns) return error;
+  LOG_INFO("%s added: %s", ns_name(nqn, nsid).c_str(), ns->device->describe().c_str());
+  sub->publish(std::move(ns));
+  sc->namespaces.push_back(spec_with_nsid(spec, nsid));
+  notify_namespace_changed(sub, nsid);
+  if (assigned) *assigned = nsid;
+  return "";
+}
+
+std::string Target::remove_namespace(const std::string& nqn, uint32_t nsid, Nanos drain,
+                                     std::string* note) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  sweep_draining();
+  Subsystem* sub = registry_.find(nqn);
+  SubsystemConfig* sc = find_config(live_, nqn);
+  if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
+  if (!sub->ns(nsid)) return ns_name(nqn, nsid) + " does not exist";
+  // The saved configuration names every namespace with its nsid from now on (a gap).
+  std::vector<std::string> kept;
+  uint32_t next = 0;
+  for (auto& spec : sc->namespaces) {
+    NamespaceOptions o;
+    std::string e;
+    parse_namespace_options(spec, &o, &e);
+    uint32_t id = o.nsid ? o.nsid : next + 1;
+    next = id;
+    if (id != nsid) kept.push_back(spec_with_nsid(spec, id));
+  }
+  if (auto error = retire_namespace(sub, nsid, drain, note); !error.empty()) return error;
+  sc->namespaces = std::move(kept);
+  LOG_INFO("%s removed", ns_name(nqn, nsid).c_str());
+  return "";
+}
+
+std::string Target::resize_namespace(const std::string& nqn, uint32_t nsid, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  Subsystem* sub = registry_.find(nqn);
+  if (!sub || sub->discovery) return "no subsystem '" + nqn + "'";
+  Namespace* ns = sub->ns(nsid);
+  if (!ns) return ns_name(nqn, nsid) + " does not exist";
+  uint64_t block = uint64_t(1) << ns->block_shift;
+  if (bytes % block)
+    return "the size must be a multiple of the block size (" + std::to_string(block) + " bytes)";
+  uint64_t before = ns->blocks;
+  if (auto error = ns->device->resize(bytes); !error.empty())
+    return ns_name(nqn, nsid) + ": " + error;
+  uint64_t now = ns->device->size() >> ns->block_shift;
+  ns->blocks = now;
+  LOG_INFO("%s resized: %llu -> %llu blocks of %llu bytes", ns_name(nqn, nsid).c_str(),
+           static_cast<unsigned long long>(before), static_cast<unsigned long long>(now),
+           static_cast<unsigned long long>(block));
+  if (now != before) notify_namespace_changed(sub, nsid);
+  return "";
+}
+
+// ---------------------------------------------------------------------------- hosts
+
+std::string Target::allow_host(const std::string& nqn, const std::string& host,
+                               const std::string& host_key, const std::string& ctrl_key) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  Subsystem* sub = registry_.find(nqn);
+  SubsystemConfig* sc = find_config(live_, nqn);
+  if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
+  if (host.empty() || host.size() > 223) return "a host NQN is 1..223 bytes";
+  if (!ctrl_key.empty() && host_key.empty()) return "a controller key needs a host key";
+  SubsystemConfig next = *sc;
+  if (std::find(next.allowed_hosts.begin(), next.allowed_hosts.end(), host) ==
+      next.allowed_hosts.end())
+    next.allowed_hosts.push_back(host);
+  auto drop = [&](std::vector<std::pair<std::string, std::string>>& keys) {
+    keys.erase(std::remove_if(keys.begin(), keys.end(), [&](auto& k) { return k.first == host; }),
+               keys.end());
+  };
+  std::shared_ptr<const HostAuth> auth;
+  if (!host_key.empty()) {
+    std::string error;
+    auth = Registry::make_host_auth(host, nqn, host_key, ctrl_key, &error);
+    if (!auth) return error;
+    drop(next.host_keys);
+    drop(next.ctrl_keys);
+    next.host_keys.push_back({host, host_key});
+    if (!ctrl_key.empty()) next.ctrl_keys.push_back({host, ctrl_key});
+  }
+  next.allow_any_host = false;
+  TargetConfig candidate = live_;
+  *find_config(candidate, nqn) = next;
+  if (auto error = validate(candidate); !error.empty()) return error;
+  // Published: a Connect from now on sees the new list and keys; sessions that began with
+  // an old key keep it (HostAuth is shared, never changed in place).
+  std::map<std::string, std::shared_ptr<const HostAuth>> keys;
+  for (auto& h : sub->keyed_hosts()) keys[h] = sub->auth_for(h);
+  if (auth) keys[host] = auth;
+  sub->set_hosts(next.allowed_hosts, std::move(keys));
+  sub->set_allow_any_host(false);
+  live_ = std::move(candidate);
+  LOG_INFO("%s: host %s allowed%s", nqn.c_str(), host.c_str(),
+           auth ? (ctrl_key.empty() ? " (DH-HMAC-CHAP key set)" : " (DH-HMAC-CHAP keys set)") : "");
+  return "";
+}
+
+std::string Target::disallow_host(const std::string& nqn, const std::string& host) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  Subsystem* sub = registry_.find(nqn);
+  SubsystemConfig* sc = find_config(live_, nqn);
+  if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
+  auto allowed = sub->allowed_hosts();
+  if (std::find(allowed.begin(), allowed.end(), host) == allowed.end())
+    return "host '" + host + "' is not on the allow-list of " + nqn;
+  allowed.erase(std::remove(allowed.begin(), allowed.end(), host), allowed.end());
+  std::map<std::string, std::shared_ptr<const HostAuth>> keys;
+  for (auto& h : sub->keyed_hosts())
+    if (h != host) keys[h] = sub->auth_for(h);
+  sub->set_hosts(allowed, std::move(keys));
+  sub->set_allow_any_host(false);  // the list is what decides now, empty or not
+  disconnect_where([&](const Controller& c) { return c.subsystem == sub && c.hostnqn == host; });
+  auto drop = [&](std::vector<std::pair<std::string, std::string>>& k) {
+    k.erase(std::remove_if(k.begin(), k.end(), [&](auto& e) { return e.first == host; }), k.end());
+  };
+  sc->allowed_hosts = allowed;
+  drop(sc->host_keys);
+  drop(sc->ctrl_keys);
+  sc->allow_any_host = false;
+  LOG_INFO("%s: host %s disallowed; its controllers disconnected", nqn.c_str(), host.c_str());
+  return "";
+}
+
+std::string Target::set_allow_any_host(const std::string& nqn, bool allow) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  Subsystem* sub = registry_.find(nqn);
+  SubsystemConfig* sc = find_config(live_, nqn);
+  if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
+  if (allow && !sc->host_keys.empty())
+    return nqn + " has hosts with DH-HMAC-CHAP keys: any host would get in without one";
+  sub->set_allow_any_host(allow);
+  sc->allow_any_host = allow;
+  if (!allow)  // hosts connected that are not on the list go
+    disconnect_where(
+        [&](const Controller& c) { return c.subsystem == sub && !sub->host_allowed(c.hostnqn); });
+  return "";
+}
+
+// ---------------------------------------------------------------------------- controllers
+
+std::string Target::disconnect_controller(uint16_t cntlid) {
+  auto c = registry_.find_controller(cntlid);
+  if (!c) return "no controller " + std::to_string(cntlid);
+  disconnect_where([cntlid](const Controller& x) { return x.cntlid == cntlid; });
+  LOG_INFO("controller %u (%s) disconnected by the operator", cntlid, c->hostnqn.c_str());
+  return "";
+}
+
+// ---------------------------------------------------------------------------- coalescing
+
+coalesce::Config Target::coalescing(const std::string& nqn, std::string* error) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  if (nqn.empty()) return live_.coalesce;
+  Subsystem* sub = registry_.find(nqn);
+  if (!sub || sub->discovery) {
+    *error = "no subsystem '" + nqn + "'";
+    return {};
+  }
+  return sub->coalescing().value_or(live_.coalesce);
+}
+
+std::string Target::set_coalescing(const std::string& nqn, const coalesce::Config& config) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  TargetConfig candidate = live_;
+  candidate.coalesce = config;
+  if (auto error = validate(candidate); !error.empty()) return error;
+  Subsystem* sub = nullptr;
+  if (!nqn.empty()) {
+    sub = registry_.find(nqn);
+    if (!sub || sub->discovery) return "no subsystem '" + nqn + "'";
+    sub->set_coalescing(config);
+  } else {
+    live_.coalesce = config;
+  }
+  on_every_reactor([sub, config](ReactorContext& ctx) { ctx.retune_coalescing(sub, config); });
+  LOG_INFO("coalescing of %s: %s, B %u, T %lld us, c2 %u, Tc %lld us",
+           nqn.empty() ? "every subsystem" : nqn.c_str(), coalesce::policy_name(config.policy),
+           config.pdus, static_cast<long long>(config.timeout / kMicro), config.ctrl_pdus,
+           static_cast<long long>(config.ctrl_timeout / kMicro));
+  return "";
+}
+
+void Target::reset_stats() {
+  on_every_reactor([](ReactorContext& ctx) { ctx.reset_stats(); });
+  auth_succeeded_ = 0;
+  auth_failed_ = 0;
+}
+
+// ---------------------------------------------------------------------------- reload
+
+namespace {
+
+std::map<uint32_t, std::string> by_nsid(const SubsystemConfig& sc) {
+  std::map<uint32_t, std::string> out;
+  uint32_t next = 0;
+  for (auto& spec : sc.namespaces) {
+    NamespaceOptions o;
+    std::string e;
+    parse_namespace_options(spec, &o, &e);
+    next = o.nsid ? o.nsid : next + 1;
+    out[next] = spec;
+  }
+  return out;
+}
+
+std::string key_of(const std::vector<std::pair<std::string, std::string>>& keys,
+                   const std::string& host) {
+  for (auto& [h, k] : keys)
+    if (h == host) return k;
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> Target::apply_config(const TargetConfig& fresh) {
+  std::vector<std::string> out;
+  if (auto error = validate(fresh); !error.empty()) return {"not applied: " + error};
+  TargetConfig now = live_config();
+  auto note = [&](const std::string& what, const std::string& error) {
+    out.push_back(error.empty() ? what : what + ": refused: " + error);
+  };
+  for (auto& old : now.subsystems)
+    if (std::none_of(fresh.subsystems.begin(), fresh.subsystems.end(),
+                     [&](auto& s) { return s.nqn == old.nqn; }))
+      note("subsystem " + old.nqn + " deleted", delete_subsystem(old.nqn));
+  for (auto& want : fresh.subsystems) {
+    auto it = std::find_if(now.subsystems.begin(), now.subsystems.end(),
+                           [&](auto& s) { return s.nqn == want.nqn; });
+    if (it == now.subsystems.end()) {
+      note("subsystem " + want.nqn + " created", create_subsystem(want));
+      continue;
+    }
+    const SubsystemConfig& have = *it;
+    auto old_ns = by_nsid(have), new_ns = by_nsid(want);
+    for (auto& [nsid, spec] : old_ns)
+      if (!new_ns.count(nsid) || new_ns[nsid] != spec)
+        note(ns_name(want.nqn, nsid) + " removed",
+             remove_namespace(want.nqn, nsid, 5 * kSecond, nullptr));
+    for (auto& [nsid, spec] : new_ns)
+      if (!old_ns.count(nsid) || old_ns[nsid] != spec)
+        note(ns_name(want.nqn, nsid) + " added (" + spec + ")",
+             add_namespace(want.nqn, spec, nsid, nullptr));
+    for (auto& host : have.allowed_hosts)
+      if (std::find(want.allowed_hosts.begin(), want.allowed_hosts.end(), host) ==
+              want.allowed_hosts.end() &&
+          key_of(want.host_keys, host).empty())
+        note(want.nqn + ": host " + host + " disallowed", disallow_host(want.nqn, host));
+    std::vector<std::string> hosts = want.allowed_hosts;
+    for (auto& [host, key] : want.host_keys)
+      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+    for (auto& host : hosts) {
+      std::string key = key_of(want.host_keys, host), ctrl = key_of(want.ctrl_keys, host);
+      bool listed = std::find(have.allowed_hosts.begin(), have.allowed_hosts.end(), host) !=
+                    have.allowed_hosts.end();
+      if (listed && key == key_of(have.host_keys, host) && ctrl == key_of(have.ctrl_keys, host))
+        continue;
+      note(want.nqn + ": host " + host + (key.empty() ? " allowed" : " allowed with its keys"),
+           allow_host(want.nqn, host, key, ctrl));
+    }
+    bool any = want.allow_any_host && want.allowed_hosts.empty() && want.host_keys.empty();
+    bool had = have.allow_any_host && have.allowed_hosts.empty() && have.host_keys.empty();
+    if (any != had)
+      note(want.nqn + (any ? ": any host allowed" : ": only listed hosts allowed"),
+           set_allow_any_host(want.nqn, any));
+  }
+  const auto& a = now.coalesce;
+  const auto& b = fresh.coalesce;
+  if (a.policy != b.policy || a.pdus != b.pdus || a.timeout != b.timeout ||
+      a.ctrl_pdus != b.ctrl_pdus || a.ctrl_timeout != b.ctrl_timeout || a.bytes != b.bytes)
+    note("coalescing retuned", set_coalescing("", b));
+  {
+    std::lock_guard<std::mutex> lock(registry_.management_mutex());
+    for (auto& line : reload_ana(fresh)) out.push_back(line);
+  }
+  if (to_json_text(TargetConfig{fresh}) != to_json_text(TargetConfig{now})) {
+    // What no live change covers: listeners (beyond their ANA states), threads, pools, limits.
+    TargetConfig a2 = fresh, b2 = live_config();
+    a2.subsystems = b2.subsystems = {};
+    a2.coalesce = b2.coalesce;
+    a2.listen = b2.listen;
+    a2.tls_listen = b2.tls_listen;
+    if (to_json_text(a2) != to_json_text(b2))
+      out.push_back("other settings differ from the running ones; they take a restart");
+  }
+  return out;
+}
+
+}  // namespace sens::target
