@@ -10,6 +10,7 @@
 #include "auth/dhchap.h"
 #include "common/units.h"
 #include "storage/device.h"
+#include "target/names.h"
 #include "target/ns_options.h"
 
 namespace sens::target {
@@ -232,13 +233,14 @@ static bool valid_nqn(const std::string& nqn) {
   return nqn.size() > 4 && nqn.size() <= 223 && nqn.rfind("nqn.", 0) == 0;
 }
 
-std::string validate(const TargetConfig& c) {
+std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) {
   if (c.listen.empty()) return "no listen address";
   if (c.subsystems.empty()) return "no subsystem";
   std::set<std::string> nqns;
   for (auto& s : c.subsystems) {
-    if (!valid_nqn(s.nqn))
-      return "subsystem NQN '" + s.nqn + "' must start with 'nqn.' and be at most 223 bytes";
+    std::string warning, err = check_subsystem_nqn(s.nqn, c.strict_nqn, &warning);
+    if (!err.empty()) return err;
+    if (!warning.empty() && warnings) warnings->push_back(warning);
     if (s.nqn == "nqn.2014-08.org.nvmexpress.discovery")
       return "the discovery NQN cannot name an I/O subsystem";
     if (!nqns.insert(s.nqn).second) return "subsystem NQN '" + s.nqn + "' given twice";
@@ -551,6 +553,9 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
         return false;
       }
       c->tls_psk_file = v.get<std::string>();
+    } else if (key == "strict_nqn") {
+      if (!v.is_boolean()) return *error = "config key 'strict_nqn': expected true or false", false;
+      c->strict_nqn = v.get<bool>();
     } else if (key == "stats_json") {
       if (!v.is_string()) {
         *error = "config key 'stats_json': expected a path";
@@ -611,6 +616,7 @@ std::string to_json_text(const TargetConfig& c) {
       {"pg_timeout_us", c.coalesce.timeout / kMicro},        {"ctrl_pdus", c.coalesce.ctrl_pdus},
       {"ctrl_timeout_us", c.coalesce.ctrl_timeout / kMicro}, {"pg_bytes", c.coalesce.bytes}};
   if (!c.stats_json.empty()) j["stats_json"] = c.stats_json;
+  if (c.strict_nqn) j["strict_nqn"] = true;
   return j.dump(2);
 }
 

@@ -78,12 +78,15 @@ struct TargetConfig {
   std::vector<uint8_t> dhchap_dhgroups = {0, 1, 2, 3, 4, 5};
   std::string stats_json;  // written at exit and on SIGUSR1
   bool read_only = false;
+  // Refuse subsystem names without "nqn." (the Linux target takes them; sens warns).
+  bool strict_nqn = false;
 };
 
 // Fills defaults the command line leaves open (listener, the RAM subsystem).
 void apply_defaults(TargetConfig& config);
-// Checks every field; returns "" or the first error, precise enough to fix the input.
-std::string validate(const TargetConfig& config);
+// Checks every field; returns "" or the first error, precise enough to fix the input. What is
+// taken but worth a word (a subsystem name without "nqn.") goes to *warnings.
+std::string validate(const TargetConfig& config, std::vector<std::string>* warnings = nullptr);
 // Parses "ADDR:PORT" / "[v6]:PORT", optionally followed by listener options
 // ",ana=STATE" and ",ana.GROUP=STATE".
 bool parse_listen(const std::string& text, ListenAddress* out, std::string* error);

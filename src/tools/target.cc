@@ -147,6 +147,9 @@ int run_target(int argc, char** argv) {
       ->default_str("0");
   app.add_option("--stats-json", cli.stats_json,
                  "write the coalescing counters here at exit and on SIGUSR1");
+  app.add_flag("--strict-nqn", cli.strict_nqn,
+               "refuse subsystem names without the 'nqn.' prefix (the Linux target takes them, "
+               "and so does sens, with a warning)");
   app.add_flag("--dump-config", dump, "print the effective configuration as JSON and exit");
   app.add_flag("-v,--verbose", verbose, "log every connection");
   app.add_flag("-q,--quiet", quiet, "log errors only");
@@ -197,6 +200,7 @@ int run_target(int argc, char** argv) {
   if (given("--pg-pdus")) cfg.coalesce.pdus = cli.coalesce.pdus;
   if (given("--ctrl-pdus")) cfg.coalesce.ctrl_pdus = cli.coalesce.ctrl_pdus;
   if (app.count("--stats-json")) cfg.stats_json = cli.stats_json;
+  if (cli.strict_nqn) cfg.strict_nqn = true;
   auto size_opt = [&](const char* name, const std::string& text, uint32_t* out) {
     if (!given(name)) return true;
     auto v = parse_size(text);
@@ -276,11 +280,13 @@ int run_target(int argc, char** argv) {
     if (!parsed_ctrl_keys.empty()) s.ctrl_keys = parsed_ctrl_keys;
   }
   target::apply_defaults(cfg);
-  error = target::validate(cfg);
+  std::vector<std::string> warnings;  // what validate() took but has a word about
+  error = target::validate(cfg, &warnings);
   if (!error.empty()) {
     std::fprintf(stderr, "sens target: %s\n", error.c_str());
     return 2;
   }
+  for (auto& w : warnings) LOG_WARN("%s", w.c_str());
   if (dump) {
     std::printf("%s\n", target::to_json_text(cfg).c_str());
     return 0;
