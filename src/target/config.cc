@@ -241,6 +241,8 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
     std::string warning, err = check_subsystem_nqn(s.nqn, c.strict_nqn, &warning);
     if (!err.empty()) return err;
     if (!warning.empty() && warnings) warnings->push_back(warning);
+    if (!s.serial.empty() && !(err = check_serial(s.serial)).empty())
+      return "subsystem '" + s.nqn + "': serial " + err;
     if (s.nqn == "nqn.2014-08.org.nvmexpress.discovery")
       return "the discovery NQN cannot name an I/O subsystem";
     if (!nqns.insert(s.nqn).second) return "subsystem NQN '" + s.nqn + "' given twice";
@@ -408,12 +410,12 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
         }
         SubsystemConfig sc;
         for (auto& [k2, v2] : s.items()) {
-          if (k2 == "nqn") {
+          if (k2 == "nqn" || k2 == "serial") {
             if (!v2.is_string()) {
-              *error = "subsystem key 'nqn': expected a string";
+              *error = "subsystem key '" + k2 + "': expected a string";
               return false;
             }
-            sc.nqn = v2.get<std::string>();
+            (k2 == "nqn" ? sc.nqn : sc.serial) = v2.get<std::string>();
           } else if (k2 == "namespaces") {
             if (!json_strings(v2, "namespaces", &sc.namespaces, error)) return false;
           } else if (k2 == "allowed_hosts") {
@@ -445,7 +447,7 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
           } else {
             *error = "unknown subsystem key '" + k2 +
                      "' (nqn, namespaces, allowed_hosts, host_keys, ctrl_keys, dhchap_hashes, "
-                     "dhchap_dhgroups)";
+                     "dhchap_dhgroups, serial)";
             return false;
           }
         }
@@ -589,6 +591,7 @@ std::string to_json_text(const TargetConfig& c) {
         sub[keys == &s.host_keys ? "host_keys" : "ctrl_keys"][host] = "(secret)";
     for (uint8_t h : s.dhchap_hashes) sub["dhchap_hashes"].push_back(auth::hash_name(h));
     for (uint8_t g : s.dhchap_dhgroups) sub["dhchap_dhgroups"].push_back(auth::dh_group_name(g));
+    if (!s.serial.empty()) sub["serial"] = s.serial;
     j["subsystems"].push_back(sub);
   }
   std::vector<std::string> hashes, groups;

@@ -21,6 +21,7 @@ struct SubsystemConfig {
   // Overrides of the target's dhchap_hashes / dhchap_dhgroups for this subsystem (empty: the
   // target's).
   std::vector<uint8_t> dhchap_hashes, dhchap_dhgroups;
+  std::string serial;  // Identify Controller SN (1..20 ASCII); empty: derived from the NQN
 };
 
 // ANA (Asymmetric Namespace Access) states, as the ANA log page codes them (NVMe Base 2.0

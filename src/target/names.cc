@@ -67,4 +67,10 @@ std::string check_subsystem_nqn(const std::string& nqn, bool strict, std::string
   return "";
 }
 
+std::string check_serial(const std::string& serial) {
+  bool ok = !serial.empty() && serial.size() <= 20;
+  for (unsigned char c : serial) ok = ok && c >= 0x20 && c <= 0x7e;
+  return ok ? "" : "'" + printable(serial) + "' is not 1..20 printable ASCII characters";
+}
+
 }  // namespace sens::target

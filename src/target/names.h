@@ -1,5 +1,5 @@
 #pragma once
-// The names a target is configured with: subsystem NQNs.
+// The names a target is configured with: subsystem NQNs and serial numbers.
 #include <string>
 
 namespace sens::target {
@@ -9,5 +9,9 @@ namespace sens::target {
 // "nqn." prefix is refused when `strict`, else *warning says that sens took it. Returns "" or
 // the error.
 std::string check_subsystem_nqn(const std::string& nqn, bool strict, std::string* warning);
+
+// A serial number (Identify Controller SN): 1..20 printable ASCII characters. "" or the error
+// ("'SN' is not ...", for the caller to say whose).
+std::string check_serial(const std::string& serial);
 
 }  // namespace sens::target

@@ -1,5 +1,5 @@
 // The names a target takes: subsystem NQNs as the Linux target takes them (without "nqn.", with
-// a warning; refused with strict_nqn), within the checks that hold either way.
+// a warning; refused with strict_nqn), within the checks that hold either way; serial numbers.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -45,6 +45,17 @@ TEST(NqnNames, TakenWithoutThePrefixUnlessStrict) {
   warnings.clear();
   EXPECT_EQ(validate(c, &warnings), "");
   EXPECT_TRUE(warnings.empty());
+}
+
+TEST(NqnNames, SerialNumbers) {
+  TargetConfig c;
+  c.subsystems.push_back({"nqn.2026-12.io.example:a", {"ram:1M"}, {}});
+  apply_defaults(c);
+  c.subsystems[0].serial = "SN-0001";
+  EXPECT_EQ(validate(c), "");
+  c.subsystems[0].serial = std::string(21, '1');
+  EXPECT_EQ(validate(c), "subsystem 'nqn.2026-12.io.example:a': serial '" + std::string(21, '1') +
+                             "' is not 1..20 printable ASCII characters");
 }
 
 }  // namespace
