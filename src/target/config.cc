@@ -12,6 +12,7 @@
 #include "storage/device.h"
 #include "target/names.h"
 #include "target/ns_options.h"
+#include "target/nvmet_config.h"
 
 namespace sens::target {
 
@@ -357,7 +358,8 @@ bool json_strings(const json& v, const std::string& key, std::vector<std::string
 
 }  // namespace
 
-bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
+bool load_json(const std::string& path, TargetConfig* c, std::string* error,
+               std::vector<std::string>* warnings) {
   std::ifstream in(path);
   if (!in) {
     *error = "cannot open config file '" + path + "'";
@@ -373,6 +375,10 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
   if (!j.is_object()) {
     *error = "config file '" + path + "': expected a JSON object";
     return false;
+  }
+  if (std::vector<std::string> scratch; is_nvmetcli_json(j)) {
+    if (load_nvmetcli(j, c, warnings ? warnings : &scratch, error)) return true;
+    return *error = "config file '" + path + "' (nvmetcli's format): " + *error, false;
   }
   for (auto& [key, v] : j.items()) {
     uint64_t n = 0;

@@ -100,7 +100,10 @@ bool parse_cntlid_range(const std::string& text, uint16_t* min, uint16_t* max, s
 bool parse_hash_list(const std::string& text, std::vector<uint8_t>* out, std::string* error);
 bool parse_dhgroup_list(const std::string& text, std::vector<uint8_t>* out, std::string* error);
 // Loads a JSON config (the keys of TargetConfig, see the README). Unknown keys are errors.
-bool load_json(const std::string& path, TargetConfig* config, std::string* error);
+// A file with the shape of `nvmetcli save`'s (the Linux target's) is read as that
+// (nvmet_config.h); what it cannot carry goes to *warnings.
+bool load_json(const std::string& path, TargetConfig* config, std::string* error,
+               std::vector<std::string>* warnings = nullptr);
 // "ADDR:PORT[,ana=...]" as parse_listen() reads it back.
 std::string listen_text(const ListenAddress& l);
 // The effective configuration as JSON (printed by --dump-config).

@@ -158,7 +158,11 @@ int run_target(int argc, char** argv) {
   if (quiet) g_log_level = LogLevel::kError;
 
   std::string error;
-  if (!config_file.empty() && !target::load_json(config_file, &cfg, &error)) {
+  std::vector<std::string> warnings;  // what the file could not carry, what validate() took
+  bool loaded = config_file.empty() || target::load_json(config_file, &cfg, &error, &warnings);
+  for (auto& w : warnings) LOG_WARN("%s: %s", config_file.c_str(), w.c_str());
+  warnings.clear();
+  if (!loaded) {
     std::fprintf(stderr, "sens target: %s\n", error.c_str());
     return 2;
   }
@@ -280,7 +284,6 @@ int run_target(int argc, char** argv) {
     if (!parsed_ctrl_keys.empty()) s.ctrl_keys = parsed_ctrl_keys;
   }
   target::apply_defaults(cfg);
-  std::vector<std::string> warnings;  // what validate() took but has a word about
   error = target::validate(cfg, &warnings);
   if (!error.empty()) {
     std::fprintf(stderr, "sens target: %s\n", error.c_str());

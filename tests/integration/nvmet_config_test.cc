@@ -1,6 +1,7 @@
 // Moving over from the Linux target: `sens target` serves a subsystem named as Linux takes it
-// (no "nqn." prefix, as blktests' "blktests-subsystem-1") with a warning, and refuses it with
-// --strict-nqn.
+// (no "nqn." prefix, as blktests' "blktests-subsystem-1") with a warning, refuses it with
+// --strict-nqn, and starts from the file `nvmetcli save` writes (a file namespace in a temp dir)
+// with verified I/O from `sens perf` and the discovery log on the I/O port, as Linux serves it.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -134,6 +135,109 @@ TEST(LinuxNames, StrictNqnRefusesIt) {
   r = run_command({SENS_BINARY, "target", "--config", dir.file("c.json")}, 5000);
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("(--strict-nqn)"), std::string::npos) << r.err;
+}
+
+// What `nvmetcli save` writes for a Linux target serving one file on 127.0.0.1:PORT, with a
+// referral sens cannot carry.
+std::string nvmetcli_file(uint16_t port, const std::string& image) {
+  return R"({
+  "hosts": [],
+  "ports": [
+    {
+      "addr": {"adrfam": "ipv4", "traddr": "127.0.0.1", "treq": "not specified",
+               "trsvcid": ")" +
+         std::to_string(port) + R"(", "trtype": "tcp", "tsas": "none"},
+      "ana_groups": [{"ana": {"state": "optimized"}, "grpid": 1}],
+      "param": {"inline_data_size": "-1", "max_queue_size": "-1", "pi_enable": "0"},
+      "portid": 1,
+      "referrals": [{"addr": {"adrfam": "ipv4", "portid": "2", "traddr": "192.0.2.7",
+                              "treq": "not specified", "trsvcid": "4420", "trtype": "tcp"},
+                     "enable": 1, "name": "gateway-b"}],
+      "subsystems": ["blktests-subsystem-1"]
+    }
+  ],
+  "subsystems": [
+    {
+      "allowed_hosts": [],
+      "attr": {"allow_any_host": "1", "cntlid_max": "65519", "cntlid_min": "1",
+               "model": "Linux", "pi_enable": "0", "qid_max": "128",
+               "serial": "MIGRATED0001", "version": "1.3"},
+      "namespaces": [
+        {"ana": {"grpid": "1"}, "ana_grpid": 1,
+         "device": {"nguid": "00000000-0000-0000-0000-000000000000", "path": ")" +
+         image + R"(",
+                    "uuid": "91ac3c8e-7a30-4a4e-9f0c-2f3c4b5d6e7f"},
+         "enable": 1, "nsid": 1, "resv": {"enable": "1"}}
+      ],
+      "nqn": "blktests-subsystem-1"
+    }
+  ]
+})";
+}
+
+TEST(NvmetcliConfig, StartsFromTheSavedFileAndVerifiesIo) {
+  TempDir files;
+  const std::string image = files.file("ns1.img");
+  int fd = ::open(image.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 32 << 20), 0);
+  ::close(fd);
+  static std::string config;  // the file, for the argv lambda
+  config = files.file("config.json");
+  static std::string image_path;
+  image_path = image;
+
+  Target t;
+  ASSERT_EQ(t.start([](const Target& t) -> std::vector<std::string> {
+    EXPECT_TRUE(write_file(config, nvmetcli_file(t.port, image_path)));
+    return {"--config", config, "--discovery-port", std::to_string(t.dport)};
+  }),
+            "");
+  std::string out = read_file(t.dir.file("out")), err = read_file(t.dir.file("err"));
+  EXPECT_NE(out.find("namespace 1: file " + image), std::string::npos) << out;
+  EXPECT_NE(out.find("listening on 127.0.0.1:" + std::to_string(t.port) + " (I/O)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("listening on 127.0.0.1:" + std::to_string(t.dport) + " (discovery)"),
+            std::string::npos)
+      << out;
+  // The referral is the one setting not carried (and the name without nqn. taken, with a word).
+  EXPECT_NE(err.find("[warn] " + config +
+                     ": ports[0].referrals[0]: referral 'gateway-b' to "
+                     "192.0.2.7:4420"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(count(err, "[warn] " + config + ": "), 1u) << err;
+  EXPECT_EQ(count(err, "[warn] subsystem NQN 'blktests-subsystem-1'"), 1u) << err;
+
+  // Discovery through the I/O port, as a Linux target serves it, and the discovery port.
+  for (uint16_t port : {t.port, t.dport}) {
+    std::string why;
+    EXPECT_EQ(discovered(port, &why), std::vector<std::string>{kName}) << port << ": " << why;
+  }
+  // The serial and the namespace's UUID came along.
+  {
+    Session s;
+    ASSERT_EQ(s.open(t.port, kName), "");
+    nvme::IdentifyController idc{};
+    Result r = s.admin.exec(nvme::make_identify(1, 0), nullptr, 0, &idc, sizeof(idc));
+    ASSERT_TRUE(r.ok()) << r.describe();
+    std::string sn(nvme::fixed_string(idc.sn, sizeof(idc.sn)));
+    EXPECT_EQ(sn.substr(0, sn.find_last_not_of(' ') + 1), "MIGRATED0001");
+    std::vector<uint8_t> ids(4096);
+    r = s.admin.exec(nvme::make_identify(3, 1), nullptr, 0, ids.data(), 4096);
+    ASSERT_TRUE(r.ok()) << r.describe();
+    const uint8_t uuid[16] = {0x91, 0xac, 0x3c, 0x8e, 0x7a, 0x30, 0x4a, 0x4e,
+                              0x9f, 0x0c, 0x2f, 0x3c, 0x4b, 0x5d, 0x6e, 0x7f};
+    bool found = false;
+    for (size_t at = 0; at + 4 <= ids.size() && ids[at] != 0; at += 4 + ids[at + 1])
+      if (ids[at] == 3 && ids[at + 1] == 16 && at + 20 <= ids.size())
+        found = std::memcmp(&ids[at + 4], uuid, 16) == 0;
+    EXPECT_TRUE(found) << "no UUID descriptor with the file's uuid";
+  }
+  RunResult r = perf_verify(t);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  t.stop();
 }
 
 }  // namespace
