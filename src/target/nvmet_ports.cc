@@ -176,18 +176,20 @@ void Converter::finish() {
   config_->listen.clear();
   config_->tls_listen.clear();
   for (auto& l : listeners_) {
-    std::vector<std::string> missing;
+    std::vector<std::string> linked, missing;
+    for (auto& n : l.links)
+      if (served.count(n)) linked.push_back(n);
+    if (linked.empty()) {  // it would serve only what the others serve, which Linux does not
+      note(l.label, "links only subsystems sens leaves out (" + join(l.links) + "); not carried");
+      continue;
+    }
     for (auto& s : carried_)
       if (std::find(l.links.begin(), l.links.end(), s.config.nqn) == l.links.end())
         missing.push_back(s.config.nqn);
-    if (!missing.empty()) {
-      std::vector<std::string> linked;
-      for (auto& n : l.links)
-        if (served.count(n)) linked.push_back(n);
+    if (!missing.empty())
       note(l.label, "links only " + join(linked) +
                         ": sens serves every subsystem on every listener, so " + join(missing) +
                         (missing.size() > 1 ? " are" : " is") + " reachable there too");
-    }
     // Linux: group 1 is optimized unless set, a group without a directory on the port
     // inaccessible through it.
     ListenAddress a = l.address;
@@ -199,20 +201,19 @@ void Converter::finish() {
       if (state != a.ana_state) a.ana_groups.push_back({g, state});
     }
     (l.tls ? config_->tls_listen : config_->listen).push_back(a);
+    // Linux serves discovery on every port; sens does on every I/O listener too, beside its
+    // discovery listeners, unless a port takes the discovery port's number: then there is none.
+    if (config_->discovery_port && a.port == config_->discovery_port) {
+      note(l.label, "listens on " + std::to_string(a.port) +
+                        ", sens's discovery port: sens then serves no discovery "
+                        "(--discovery-port PORT moves it)");
+      config_->discovery_port = 0;
+    }
   }
   if (config_->listen.empty())
     note("ports", std::string(config_->tls_listen.empty() ? "no TCP port" : "only TLS ports") +
                       " to listen on: sens listens on 127.0.0.1:4420 unless --listen says "
                       "otherwise");
-  // Linux serves discovery on every port; sens does on every I/O listener too, beside its
-  // discovery listeners, unless a port takes the discovery port's number: then there is none.
-  for (auto& l : listeners_)
-    if (config_->discovery_port && l.address.port == config_->discovery_port) {
-      note(l.label, "listens on " + std::to_string(l.address.port) +
-                        ", sens's discovery port: sens then serves no discovery (--discovery-port "
-                        "PORT moves it)");
-      config_->discovery_port = 0;
-    }
 
   // One cntlid range and one qid_max for the target.
   uint16_t lo = 1, hi = 0xFFEF;

@@ -277,6 +277,13 @@ TEST(NvmetcliConfig, SettingsItCannotCarryAreReported) {
          j["subsystems"][1].erase("passthru");
        },
        {"subsystems[0] (testnqn)", "passthru", "/dev/nvme0"}},
+      {[](json& j) {  // the same: the port that links only the passthru subsystem stays out
+         j["subsystems"][0]["passthru"] = {{{"device", {{"path", "/dev/nvme0"}}}, {"enable", 1}}};
+         j["subsystems"].push_back(j["subsystems"][0]);
+         j["subsystems"][1]["nqn"] = "other";
+         j["subsystems"][1].erase("passthru");
+       },
+       {"ports[0] (portid 1)", "links only subsystems sens leaves out (testnqn); not carried"}},
       {[](json& j) { j["subsystems"][0]["namespaces"][0]["buffered_io"] = "1"; },
        {"subsystems[0].namespaces[0].buffered_io"}},
       {[](json& j) {
