@@ -234,7 +234,7 @@ void Converter::subsystem(const json& s, const std::string& p, const std::string
         if (!t.empty()) note(kp, "'" + t + "': sens reports its own firmware revision");
       } else if (key == "ieee_oui" || key == "vendor_id" || key == "subsys_vendor_id") {
         if (uint64_t n = number(v, kp, 0, 0xFFFFFF))
-          note(kp, std::to_string(n) + ": sens reports 0");
+          note(kp, std::to_string(n) + ": sens reports its own");
       } else if (key == "pi_enable") {
         if (flag(v, kp)) note(kp, "1: sens has no protection information");
       } else {
@@ -307,31 +307,29 @@ void Converter::subsystem(const json& s, const std::string& p, const std::string
 // dhchap_dhgroup only, so the subsystem's lists become those when its keyed hosts agree.
 void Converter::keys(Converted* sub, const std::vector<std::string>& allowed,
                      const std::string& p) {
-  std::set<std::string> hashes, groups;
-  uint8_t hash_id = 0, group_id = 0;
+  std::map<uint8_t, std::string> hashes, groups;  // id: the name as the file has it
   for (auto& nqn : allowed) {
     const Host& h = hosts_[nqn];
     if (h.key.empty()) continue;
     sub->config.host_keys.push_back({nqn, h.key});
     if (!h.ctrl_key.empty()) sub->config.ctrl_keys.push_back({nqn, h.ctrl_key});
-    hashes.insert(h.hash);
-    groups.insert(h.dhgroup);
-    hash_id = h.hash_id;
-    group_id = h.dhgroup_id;
+    hashes.emplace(h.hash_id, h.hash);
+    groups.emplace(h.dhgroup_id, h.dhgroup);
   }
-  auto one = [&](const std::set<std::string>& names, const char* what, uint8_t id,
+  auto one = [&](const std::map<uint8_t, std::string>& ids, const char* what,
                  std::vector<uint8_t>* out) {
-    if (names.size() == 1) {
-      *out = {id};
-    } else if (names.size() > 1) {
+    if (ids.size() == 1) {
+      *out = {ids.begin()->first};
+    } else if (ids.size() > 1) {
+      std::vector<std::string> names;
+      for (auto& [id, name] : ids) names.push_back(name);
       note(dot(p, "allowed_hosts"),
-           std::string("the keyed hosts want different ") + what + " (" +
-               join({names.begin(), names.end()}) +
+           std::string("the keyed hosts want different ") + what + " (" + join(names) +
                "): sens has one list per subsystem and keeps the target's");
     }
   };
-  one(hashes, "dhchap_hash", hash_id, &sub->config.dhchap_hashes);
-  one(groups, "dhchap_dhgroup", group_id, &sub->config.dhchap_dhgroups);
+  one(hashes, "dhchap_hash", &sub->config.dhchap_hashes);
+  one(groups, "dhchap_dhgroup", &sub->config.dhchap_dhgroups);
 }
 
 // namespaces: [{"nsid", "enable", "device": {"path", "uuid", "nguid"}, "ana_grpid",

@@ -268,6 +268,8 @@ TEST(NvmetcliConfig, SettingsItCannotCarryAreReported) {
        {"subsystems[0].attr.model", "Acme"}},
       {[](json& j) { j["subsystems"][0]["attr"]["pi_enable"] = "1"; },
        {"subsystems[0].attr.pi_enable"}},
+      {[](json& j) { j["subsystems"][0]["attr"]["vendor_id"] = "0x1af4"; },
+       {"subsystems[0].attr.vendor_id", "6900: sens reports its own"}},
       {[](json& j) { j["subsystems"][0]["attr"]["colour"] = "blue"; },
        {"subsystems[0].attr.colour", "unknown"}},
       {[](json& j) {
@@ -317,31 +319,35 @@ TEST(NvmetcliConfig, KeysInTheDhchapGroupAndPerSubsystemHashes) {
   // the target's lists.
   std::vector<std::string> report;
   TargetConfig c;
+  // A third host writes its hash as "sha256": the same function as the first's hmac(sha256).
   std::string error = convert(R"json({
-    "hosts": [{"nqn": "nqn.2014-08.org.nvmexpress:uuid:a", "dhchap": {
-                 "key": "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:",
-                 "hash": "hmac(sha256)", "dhgroup": "null"
-}
-},
+    "hosts": [{"nqn": "nqn.2014-08.org.nvmexpress:uuid:a",
+               "dhchap": {"key": "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:",
+                          "hash": "hmac(sha256)", "dhgroup": "null"}},
               {"nqn": "nqn.2014-08.org.nvmexpress:uuid:b",
                "dhchap_key": "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:",
-               "dhchap_hash": "hmac(sha512)", "dhchap_dhgroup": "null"}],
+               "dhchap_hash": "hmac(sha512)", "dhchap_dhgroup": "null"},
+              {"nqn": "nqn.2014-08.org.nvmexpress:uuid:c",
+               "dhchap_key": "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:",
+               "dhchap_hash": "sha256"}],
     "ports": [],
     "subsystems": [{"allowed_hosts": ["nqn.2014-08.org.nvmexpress:uuid:a",
-                                      "nqn.2014-08.org.nvmexpress:uuid:b"],
+                                      "nqn.2014-08.org.nvmexpress:uuid:b",
+                                      "nqn.2014-08.org.nvmexpress:uuid:c"],
                     "attr": {"allow_any_host": "0"},
                     "namespaces": [{"device": {"path": "/tmp/a.img"}, "enable": 1, "nsid": 1}],
-                    "nqn": "nqn.2026-12.io.example:two"}]
-})json",
+                    "nqn": "nqn.2026-12.io.example:two"}]})json",
                               &c, &report);
   ASSERT_EQ(error, "");
   ASSERT_EQ(c.subsystems.size(), 1u);
-  EXPECT_EQ(c.subsystems[0].host_keys.size(), 2u);
+  EXPECT_EQ(c.subsystems[0].host_keys.size(), 3u);
   EXPECT_TRUE(c.subsystems[0].dhchap_hashes.empty());
-  EXPECT_EQ(c.subsystems[0].dhchap_dhgroups, std::vector<uint8_t>{0}) << "both want null";
+  EXPECT_EQ(c.subsystems[0].dhchap_dhgroups, std::vector<uint8_t>{0}) << "all want null";
   EXPECT_EQ(
       count_matching(report, {"subsystems[0]", "dhchap_hash", "hmac(sha256)", "hmac(sha512)"}), 1u)
       << joined(report);
+  EXPECT_EQ(count_matching(report, {", sha256"}), 0u) << "sha256 is hmac(sha256)\n"
+                                                      << joined(report);
   EXPECT_EQ(count_matching(report, {"ports", "no TCP port"}), 1u) << joined(report);
   EXPECT_TRUE(c.listen.empty()) << "apply_defaults() gives the default listener";
 }
