@@ -18,13 +18,14 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-// NVMe 1.4 5.15.2.2: an NQN is at most 223 bytes of UTF-8.
+// NVMe 1.4 5.15.2.2: an NQN is at most 223 bytes of UTF-8. A subsystem may have a name without
+// "nqn." (the Linux target takes one, and so does sens target); a host NQN must have it.
 bool check_nqn(std::string_view key, std::string_view v, std::string* error) {
   if (v.size() > 223) {
     *error = std::string(key) + " is " + std::to_string(v.size()) + " bytes, at most 223 allowed";
     return false;
   }
-  if (v.substr(0, 4) != "nqn.") {
+  if (key == "hostnqn" && v.substr(0, 4) != "nqn.") {
     *error = std::string(key) + " '" + std::string(v) + "' does not start with 'nqn.'";
     return false;
   }

@@ -25,7 +25,8 @@ struct TransportId {
 // trsvcid, subnqn, hostnqn). traddr is required. Returns nullopt and sets *error to a message
 // naming the offending pair on: unknown or repeated keys, a pair without ':', empty values,
 // trtype other than tcp, an address that does not parse for its family, a port outside
-// 1..65535, an NQN longer than 223 bytes or not starting with "nqn.".
+// 1..65535, an NQN longer than 223 bytes, a hostnqn not starting with "nqn." (a subnqn may:
+// the Linux target takes subsystem names such as "blktests-subsystem-1").
 std::optional<TransportId> parse_trid(std::string_view text, std::string* error);
 
 // The socket address of a parsed TRID (traddr is numeric, so this never resolves names).

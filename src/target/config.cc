@@ -10,7 +10,9 @@
 #include "auth/dhchap.h"
 #include "common/units.h"
 #include "storage/device.h"
+#include "target/names.h"
 #include "target/ns_options.h"
+#include "target/nvmet_config.h"
 
 namespace sens::target {
 
@@ -232,13 +234,16 @@ static bool valid_nqn(const std::string& nqn) {
   return nqn.size() > 4 && nqn.size() <= 223 && nqn.rfind("nqn.", 0) == 0;
 }
 
-std::string validate(const TargetConfig& c) {
+std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) {
   if (c.listen.empty()) return "no listen address";
   if (c.subsystems.empty()) return "no subsystem";
   std::set<std::string> nqns;
   for (auto& s : c.subsystems) {
-    if (!valid_nqn(s.nqn))
-      return "subsystem NQN '" + s.nqn + "' must start with 'nqn.' and be at most 223 bytes";
+    std::string warning, err = check_subsystem_nqn(s.nqn, c.strict_nqn, &warning);
+    if (!err.empty()) return err;
+    if (!warning.empty() && warnings) warnings->push_back(warning);
+    if (!s.serial.empty() && !(err = check_serial(s.serial)).empty())
+      return "subsystem '" + s.nqn + "': serial " + err;
     if (s.nqn == "nqn.2014-08.org.nvmexpress.discovery")
       return "the discovery NQN cannot name an I/O subsystem";
     if (!nqns.insert(s.nqn).second) return "subsystem NQN '" + s.nqn + "' given twice";
@@ -353,7 +358,8 @@ bool json_strings(const json& v, const std::string& key, std::vector<std::string
 
 }  // namespace
 
-bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
+bool load_json(const std::string& path, TargetConfig* c, std::string* error,
+               std::vector<std::string>* warnings) {
   std::ifstream in(path);
   if (!in) {
     *error = "cannot open config file '" + path + "'";
@@ -369,6 +375,10 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
   if (!j.is_object()) {
     *error = "config file '" + path + "': expected a JSON object";
     return false;
+  }
+  if (std::vector<std::string> scratch; is_nvmetcli_json(j)) {
+    if (load_nvmetcli(j, c, warnings ? warnings : &scratch, error)) return true;
+    return *error = "config file '" + path + "' (nvmetcli's format): " + *error, false;
   }
   for (auto& [key, v] : j.items()) {
     uint64_t n = 0;
@@ -406,12 +416,12 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
         }
         SubsystemConfig sc;
         for (auto& [k2, v2] : s.items()) {
-          if (k2 == "nqn") {
+          if (k2 == "nqn" || k2 == "serial") {
             if (!v2.is_string()) {
-              *error = "subsystem key 'nqn': expected a string";
+              *error = "subsystem key '" + k2 + "': expected a string";
               return false;
             }
-            sc.nqn = v2.get<std::string>();
+            (k2 == "nqn" ? sc.nqn : sc.serial) = v2.get<std::string>();
           } else if (k2 == "namespaces") {
             if (!json_strings(v2, "namespaces", &sc.namespaces, error)) return false;
           } else if (k2 == "allowed_hosts") {
@@ -448,8 +458,8 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
             }
           } else {
             *error = "unknown subsystem key '" + k2 +
-                     "' (nqn, namespaces, allowed_hosts, allow_any_host, host_keys, ctrl_keys, dhchap_hashes, "
-                     "dhchap_dhgroups)";
+                     "' (nqn, namespaces, allowed_hosts, allow_any_host, host_keys, ctrl_keys, "
+                     "dhchap_hashes, dhchap_dhgroups, serial)";
             return false;
           }
         }
@@ -557,6 +567,9 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error) {
         return false;
       }
       c->tls_psk_file = v.get<std::string>();
+    } else if (key == "strict_nqn") {
+      if (!v.is_boolean()) return *error = "config key 'strict_nqn': expected true or false", false;
+      c->strict_nqn = v.get<bool>();
     } else if (key == "stats_json") {
       if (!v.is_string()) {
         *error = "config key 'stats_json': expected a path";
@@ -592,6 +605,7 @@ std::string to_json_text(const TargetConfig& c, bool with_secrets) {
             with_secrets ? secret : "(secret)";
     for (uint8_t h : s.dhchap_hashes) sub["dhchap_hashes"].push_back(auth::hash_name(h));
     for (uint8_t g : s.dhchap_dhgroups) sub["dhchap_dhgroups"].push_back(auth::dh_group_name(g));
+    if (!s.serial.empty()) sub["serial"] = s.serial;
     j["subsystems"].push_back(sub);
   }
   std::vector<std::string> hashes, groups;
@@ -619,6 +633,7 @@ std::string to_json_text(const TargetConfig& c, bool with_secrets) {
       {"pg_timeout_us", c.coalesce.timeout / kMicro},        {"ctrl_pdus", c.coalesce.ctrl_pdus},
       {"ctrl_timeout_us", c.coalesce.ctrl_timeout / kMicro}, {"pg_bytes", c.coalesce.bytes}};
   if (!c.stats_json.empty()) j["stats_json"] = c.stats_json;
+  if (c.strict_nqn) j["strict_nqn"] = true;
   return j.dump(2);
 }
 

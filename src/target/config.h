@@ -23,6 +23,7 @@ struct SubsystemConfig {
   // Overrides of the target's dhchap_hashes / dhchap_dhgroups for this subsystem (empty: the
   // target's).
   std::vector<uint8_t> dhchap_hashes, dhchap_dhgroups;
+  std::string serial;  // Identify Controller SN (1..20 ASCII); empty: derived from the NQN
 };
 
 // ANA (Asymmetric Namespace Access) states, as the ANA log page codes them (NVMe Base 2.0
@@ -80,12 +81,15 @@ struct TargetConfig {
   std::vector<uint8_t> dhchap_dhgroups = {0, 1, 2, 3, 4, 5};
   std::string stats_json;  // written at exit and on SIGUSR1
   bool read_only = false;
+  // Refuse subsystem names without "nqn." (the Linux target takes them; sens warns).
+  bool strict_nqn = false;
 };
 
 // Fills defaults the command line leaves open (listener, the RAM subsystem).
 void apply_defaults(TargetConfig& config);
-// Checks every field; returns "" or the first error, precise enough to fix the input.
-std::string validate(const TargetConfig& config);
+// Checks every field; returns "" or the first error, precise enough to fix the input. What is
+// taken but worth a word (a subsystem name without "nqn.") goes to *warnings.
+std::string validate(const TargetConfig& config, std::vector<std::string>* warnings = nullptr);
 // Parses "ADDR:PORT" / "[v6]:PORT", optionally followed by listener options
 // ",ana=STATE" and ",ana.GROUP=STATE".
 bool parse_listen(const std::string& text, ListenAddress* out, std::string* error);
@@ -98,7 +102,10 @@ bool parse_cntlid_range(const std::string& text, uint16_t* min, uint16_t* max, s
 bool parse_hash_list(const std::string& text, std::vector<uint8_t>* out, std::string* error);
 bool parse_dhgroup_list(const std::string& text, std::vector<uint8_t>* out, std::string* error);
 // Loads a JSON config (the keys of TargetConfig, see the README). Unknown keys are errors.
-bool load_json(const std::string& path, TargetConfig* config, std::string* error);
+// A file with the shape of `nvmetcli save`'s (the Linux target's) is read as that
+// (nvmet_config.h); what it cannot carry goes to *warnings.
+bool load_json(const std::string& path, TargetConfig* config, std::string* error,
+               std::vector<std::string>* warnings = nullptr);
 // "ADDR:PORT[,ana=...]" as parse_listen() reads it back.
 std::string listen_text(const ListenAddress& l);
 // The effective configuration as JSON (printed by --dump-config).

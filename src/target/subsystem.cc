@@ -281,7 +281,7 @@ std::string Registry::add_subsystem(const SubsystemConfig& sc, Subsystem** out) 
   uint64_t h = std::hash<std::string>{}(sc.nqn);
   char serial[21];
   std::snprintf(serial, sizeof(serial), "SENS%016llx", static_cast<unsigned long long>(h));
-  sub->serial = serial;
+  sub->serial = sc.serial.empty() ? serial : sc.serial;
   uint32_t nsid = 0;
   for (auto& spec : sc.namespaces) {
     std::string error;

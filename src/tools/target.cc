@@ -155,6 +155,9 @@ int run_target(int argc, char** argv) {
                  "'none'. When the default one is taken by another target this one runs "
                  "without; a path given here must be free")
       ->default_str("/var/tmp/sens.sock");
+  app.add_flag("--strict-nqn", cli.strict_nqn,
+               "refuse subsystem names without the 'nqn.' prefix (the Linux target takes them, "
+               "and so does sens, with a warning)");
   app.add_flag("--dump-config", dump, "print the effective configuration as JSON and exit");
   app.add_flag("-v,--verbose", verbose, "log every connection");
   app.add_flag("-q,--quiet", quiet, "log errors only");
@@ -163,7 +166,11 @@ int run_target(int argc, char** argv) {
   if (quiet) g_log_level = LogLevel::kError;
 
   std::string error;
-  if (!config_file.empty() && !target::load_json(config_file, &cfg, &error)) {
+  std::vector<std::string> warnings;  // what the file could not carry, what validate() took
+  bool loaded = config_file.empty() || target::load_json(config_file, &cfg, &error, &warnings);
+  for (auto& w : warnings) LOG_WARN("%s: %s", config_file.c_str(), w.c_str());
+  warnings.clear();
+  if (!loaded) {
     std::fprintf(stderr, "sens target: %s\n", error.c_str());
     return 2;
   }
@@ -205,6 +212,7 @@ int run_target(int argc, char** argv) {
   if (given("--pg-pdus")) cfg.coalesce.pdus = cli.coalesce.pdus;
   if (given("--ctrl-pdus")) cfg.coalesce.ctrl_pdus = cli.coalesce.ctrl_pdus;
   if (app.count("--stats-json")) cfg.stats_json = cli.stats_json;
+  if (cli.strict_nqn) cfg.strict_nqn = true;
   auto size_opt = [&](const char* name, const std::string& text, uint32_t* out) {
     if (!given(name)) return true;
     auto v = parse_size(text);
@@ -284,11 +292,12 @@ int run_target(int argc, char** argv) {
     if (!parsed_ctrl_keys.empty()) s.ctrl_keys = parsed_ctrl_keys;
   }
   target::apply_defaults(cfg);
-  error = target::validate(cfg);
+  error = target::validate(cfg, &warnings);
   if (!error.empty()) {
     std::fprintf(stderr, "sens target: %s\n", error.c_str());
     return 2;
   }
+  for (auto& w : warnings) LOG_WARN("%s", w.c_str());
   if (dump) {
     std::printf("%s\n", target::to_json_text(cfg).c_str());
     return 0;

@@ -286,7 +286,7 @@ TEST(PerfCli, BadCommandLines) {
       {{"perf", "-r", trid, "--poll-max-us", "-1"}, "--poll-max-us must be between 0 and 1000000"},
       {{"perf", "-r", trid, "--rw", "read", "--rwmixread", "30"},
        "--rwmixread applies to rw and randrw, not read"},
-      {{"perf", "-r", "traddr:127.0.0.1 subnqn:x"}, "-r: subnqn 'x' does not start with 'nqn.'"},
+      {{"perf", "-r", "traddr:127.0.0.1 hostnqn:x"}, "-r: hostnqn 'x' does not start with 'nqn.'"},
       {{"perf", "-r", trid, "--qd", "lots"}, "--qd"},
       {{"perf", "-r", trid, "--share", "maybe"},
        "--share 'maybe': expected none, lock or sendlist"},

@@ -84,9 +84,18 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"traddr:1.2.3.4 trsvcid:0", "trsvcid '0' is not a port number (1..65535)"},
         Bad{"traddr:1.2.3.4 trsvcid:65536", "trsvcid '65536' is not a port number (1..65535)"},
         Bad{"traddr:1.2.3.4 trsvcid:44x", "trsvcid '44x' is not a port number (1..65535)"},
-        Bad{"traddr:1.2.3.4 subnqn:disk0", "subnqn 'disk0' does not start with 'nqn.'"},
+        Bad{"traddr:1.2.3.4 hostnqn:host0", "hostnqn 'host0' does not start with 'nqn.'"},
         Bad{"traddr:1.2.3.4 flavour:x",
             "unknown key 'flavour' (expected trtype, adrfam, traddr, trsvcid, subnqn, hostnqn)"}));
+
+// The Linux target takes subsystem names without "nqn." (blktests: blktests-subsystem-1), and
+// so does sens target: the host can name them.
+TEST(Trid, SubsystemNameAsLinuxTakesIt) {
+  std::string err;
+  auto t = parse_trid("traddr:127.0.0.1 subnqn:blktests-subsystem-1", &err);
+  ASSERT_TRUE(t) << err;
+  EXPECT_EQ(t->subnqn, "blktests-subsystem-1");
+}
 
 TEST(Trid, NqnLengthLimit) {
   std::string err;
