@@ -181,6 +181,34 @@ bool TcpQueue::back_from_device(Request& r) {
   return false;
 }
 
+uint32_t TcpQueue::pdus_in_progress() const {
+  // Commands that will queue a PDU (an R2T, data, a response) by themselves: those not yet
+  // answered. Ones already answering wait on the queued PDUs; an idle host sends nothing.
+  uint32_t n = 0;
+  for (S s :
+       {S::kNew, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting, S::kWaitingDevice})
+    n += states_.count(s);
+  return n;
+}
+
+void TcpQueue::give_back_buffer(Request& r) {
+  (r.buf_inline ? inline_pool_ : pool_).put(r.buf, r.buf_bytes, r.buf_receive);
+  r.buf = nullptr;
+  r.buf_inline = false;
+  r.buf_receive = false;
+}
+
+void TcpQueue::release(Request& r) {
+  if (r.owns_cid) set_cid(r.sqe.cid, false);
+  r.owns_cid = false;
+  give_back_buffer(r);
+  r.buf_bytes = 0;
+  states_.advance(r, S::kFree);
+  --active_requests_;
+  ctx_.reactor.add_outstanding(-1);
+  free_.push_back(r.index);
+}
+
 void TcpQueue::offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
                        OffloadDone done) {
   states_.advance(r, S::kWaitingDevice);
