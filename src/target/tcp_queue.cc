@@ -115,6 +115,7 @@ void TcpQueue::step_handshake() {
              static_cast<unsigned long long>(id_), endpoint_.peer.c_str(), e.c_str(),
              plain ? " (a plain NVMe/TCP host on the TLS port?)" : "");
     close_pending_ = false;
+    ++ctx_.io_metrics.tls_handshake_failures;
     close("TLS handshake failed");
     return;
   }
@@ -458,7 +459,8 @@ void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* st
     sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent);
   else
     sendq_.enqueue(iov, n, data_class(), sent);
-  if (!success) complete(r, st::kSuccess);
+  if (!success) return complete(r, st::kSuccess);
+  count_done(r, st::kSuccess);
 }
 
 // Straight from a RAM namespace's memory only where nothing else can change those bytes while
@@ -478,6 +480,7 @@ void TcpQueue::send_r2t(Request& r) {
 }
 
 void TcpQueue::complete(Request& r, uint16_t status, uint64_t result) {
+  count_done(r, status);
   // Transient conditions may be retried; everything else carries Do Not Retry.
   // Path errors (SCT 3, ANA) must not carry it: the host retries them on another path.
   bool dnr = status != st::kSuccess && status != st::kConnectControllerBusy &&

@@ -37,6 +37,7 @@ bool TcpQueue::retire_aer(uint16_t cid) {
 }
 
 void TcpQueue::start(Request& r) {
+  r.started = ctx_.reactor.pass_start();  // the pass that read its capsule (no clock read)
   if (r.pending_status != st::kSuccess) return complete(r, r.pending_status);
   const nvme::Sqe& s = r.sqe;
   // A CID still outstanding: the host has lost track. Its CQE carries the same CID as the
@@ -60,6 +61,8 @@ void TcpQueue::start(Request& r) {
   else
     plan = nvm::plan(*this, r);
   if (plan.status != st::kSuccess) return complete(r, plan.status, plan.result);
+  if (qid_ != 0 && s.opcode != nvme::kFabricsOpcode)
+    io_metrics_.on_start(ctx_.io_metrics, *subsystem_, r);
   r.fetch = plan.fetch && !r.in_capsule;  // in-capsule data is there already
   if (plan.buffer_bytes > pool_.max_buffer()) {
     // No buffer that large exists: waiting would hand out a smaller one. A plan asking for
@@ -203,6 +206,7 @@ void TcpQueue::release(Request& r) {
   r.owns_cid = false;
   give_back_buffer(r);
   r.buf_bytes = 0;
+  r.metrics = nullptr;
   states_.advance(r, S::kFree);
   --active_requests_;
   ctx_.reactor.add_outstanding(-1);
