@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "mgmt/metrics_server.h"
 #include "target/target.h"
 #include "tools/cli.h"
 #include "tools/command.h"
@@ -147,6 +148,9 @@ int run_target(int argc, char** argv) {
       ->default_str("0");
   app.add_option("--stats-json", cli.stats_json,
                  "write the coalescing counters here at exit and on SIGUSR1");
+  app.add_option("--metrics", cli.metrics,
+                 "serve Prometheus metrics at http://ADDR:PORT/metrics (port 0: any free port; "
+                 "docs/metrics.md)");
   app.add_flag("--dump-config", dump, "print the effective configuration as JSON and exit");
   app.add_flag("-v,--verbose", verbose, "log every connection");
   app.add_flag("-q,--quiet", quiet, "log errors only");
@@ -197,6 +201,15 @@ int run_target(int argc, char** argv) {
   if (given("--pg-pdus")) cfg.coalesce.pdus = cli.coalesce.pdus;
   if (given("--ctrl-pdus")) cfg.coalesce.ctrl_pdus = cli.coalesce.ctrl_pdus;
   if (app.count("--stats-json")) cfg.stats_json = cli.stats_json;
+  if (app.count("--metrics")) cfg.metrics = cli.metrics;
+  if (!cfg.metrics.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    if (!mgmt::parse_metrics_address(cfg.metrics, &host, &port, &error)) {
+      std::fprintf(stderr, "sens target: --metrics: %s\n", error.c_str());
+      return 2;
+    }
+  }
   auto size_opt = [&](const char* name, const std::string& text, uint32_t* out) {
     if (!given(name)) return true;
     auto v = parse_size(text);
@@ -357,6 +370,16 @@ int run_target(int argc, char** argv) {
     std::printf("  sens perf -r 'trtype:tcp traddr:%s trsvcid:%u subnqn:%s' --rw randread\n",
                 first_io->host.c_str(), first_io->port, cfg.subsystems[0].nqn.c_str());
   }
+  mgmt::MetricsServer metrics(t);
+  if (!cfg.metrics.empty()) {
+    error = metrics.start(cfg.metrics);
+    if (!error.empty()) {
+      std::fprintf(stderr, "sens target: %s\n", error.c_str());
+      t.stop();
+      return 1;
+    }
+    std::printf("metrics on %s\n", metrics.url().c_str());
+  }
   std::fflush(stdout);
 
   for (;;) {
@@ -388,6 +411,7 @@ int run_target(int argc, char** argv) {
   }
   std::printf("stopping\n");
   std::fflush(stdout);
+  metrics.stop();  // no scrape waits on reactors that are stopping
   bool ok = write_stats(t, cfg.stats_json);
   t.stop();
   if (!ok) LOG_WARN("cannot write %s", cfg.stats_json.c_str());
