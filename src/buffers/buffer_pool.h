@@ -85,6 +85,7 @@ class BufferPool {
   // The capacity a buffer for `bytes` really has (its size class).
   uint32_t class_bytes(uint32_t bytes) const;
   uint32_t max_buffer() const { return 1u << (kMinShift + classes_ - 1); }
+  uint64_t limit() const { return limit_; }  // the bound (bytes)
   const Stats& stats() const { return stats_; }
   Layout layout() const { return options_.layout; }
   uint64_t receive_budget() const { return options_.receive_budget; }

@@ -54,6 +54,14 @@ uint64_t Histogram::percentile(double pct) const {
   return max_;
 }
 
+uint64_t Histogram::count_at_most(uint64_t v) const {
+  int last = bucket_of(v);
+  if (upper_of(last) > v) --last;
+  uint64_t n = 0;
+  for (int i = 0; i <= last; ++i) n += buckets_[i];
+  return n;
+}
+
 nlohmann::json Histogram::summary(double divisor) const {
   auto s = [&](double v) { return v / divisor; };
   return {{"count", count_},

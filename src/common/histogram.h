@@ -25,6 +25,9 @@ class Histogram {
   // The value at or below which `pct` percent of samples lie (upper edge of its bucket,
   // clamped to the observed max).
   uint64_t percentile(double pct) const;
+  // Samples in the buckets whose upper edge is at most `v` (a cumulative count, as Prometheus'
+  // `le` buckets have it; a sample within one bucket width under `v` may be left out).
+  uint64_t count_at_most(uint64_t v) const;
 
   // {"count","mean","p50","p90","p99","p99.9","min","max"} scaled by 1/divisor.
   nlohmann::json summary(double divisor = 1.0) const;

@@ -126,6 +126,8 @@ class Reactor {
   // The share of recent time (about the last 200 us) this reactor spent handling events
   // rather than waiting for them, 0..1. Spinning polls count as waiting.
   double busy_fraction() const { return busy_; }
+  // When the current pass's poll returned: a timestamp that costs no clock read.
+  Nanos pass_start() const { return pass_start_; }
 
   // Hybrid polling: `max_spin` bounds one adaptive spin. `outstanding` counts work the owner
   // expects an answer for (commands in flight), shown in the stats: a count that never drops

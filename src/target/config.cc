@@ -561,21 +561,18 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error,
         if (!parse_listen(s, &a, error)) return false;
         c->tls_listen.push_back(a);
       }
-    } else if (key == "tls_psk_file") {
+    } else if (key == "tls_psk_file" || key == "stats_json" || key == "metrics") {
       if (!v.is_string()) {
-        *error = "config key 'tls_psk_file': expected a path";
+        *error =
+            "config key '" + key + "': expected " + (key == "metrics" ? "ADDR:PORT" : "a path");
         return false;
       }
-      c->tls_psk_file = v.get<std::string>();
+      (key == "metrics"      ? c->metrics
+       : key == "stats_json" ? c->stats_json
+                             : c->tls_psk_file) = v.get<std::string>();
     } else if (key == "strict_nqn") {
       if (!v.is_boolean()) return *error = "config key 'strict_nqn': expected true or false", false;
       c->strict_nqn = v.get<bool>();
-    } else if (key == "stats_json") {
-      if (!v.is_string()) {
-        *error = "config key 'stats_json': expected a path";
-        return false;
-      }
-      c->stats_json = v.get<std::string>();
     } else {
       *error = "unknown config key '" + key + "'";
       return false;
@@ -634,6 +631,7 @@ std::string to_json_text(const TargetConfig& c, bool with_secrets) {
       {"ctrl_timeout_us", c.coalesce.ctrl_timeout / kMicro}, {"pg_bytes", c.coalesce.bytes}};
   if (!c.stats_json.empty()) j["stats_json"] = c.stats_json;
   if (c.strict_nqn) j["strict_nqn"] = true;
+  if (!c.metrics.empty()) j["metrics"] = c.metrics;
   return j.dump(2);
 }
 

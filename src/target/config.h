@@ -80,6 +80,7 @@ struct TargetConfig {
   std::vector<uint8_t> dhchap_hashes = {1, 2, 3};
   std::vector<uint8_t> dhchap_dhgroups = {0, 1, 2, 3, 4, 5};
   std::string stats_json;  // written at exit and on SIGUSR1
+  std::string metrics;     // ADDR:PORT of the Prometheus endpoint (src/mgmt); "": none
   bool read_only = false;
   // Refuse subsystem names without "nqn." (the Linux target takes them; sens warns).
   bool strict_nqn = false;

@@ -19,6 +19,7 @@
 namespace sens::target {
 
 struct Namespace;
+struct NsIoMetrics;
 
 enum class ReqState : uint8_t {
   kFree,
@@ -65,6 +66,8 @@ struct Request {
   storage::Request io;
   pdu::HeaderSlot data_hdr{}, resp_hdr{}, r2t_hdr{};
   uint32_t ddgst = 0;
+  int64_t started = 0;             // ns: the pass that started it (metrics latency)
+  NsIoMetrics* metrics = nullptr;  // an I/O command's counters while it is in flight
 };
 
 // The per-state counts of one queue's requests.

@@ -15,6 +15,7 @@
 #include "reactor/reactor.h"
 #include "storage/device.h"
 #include "target/config.h"
+#include "target/metrics_source.h"
 #include "target/subsystem.h"
 #include "target/tcp_queue.h"
 #include "transport/tls.h"
@@ -77,6 +78,11 @@ class ReactorContext {
   nlohmann::json stats_json();
   // The coalescing counters of every connection this reactor has had.
   coalesce::Stats total_stats() const;
+  // The Prometheus counters of this reactor's queues (metrics_source.h); the two functions
+  // below read and zero them, on this reactor's thread only.
+  IoMetrics io_metrics;
+  ReactorSnapshot collect_metrics();
+  void reset_metrics();
 
  private:
   class QueueWatcher;
@@ -106,6 +112,11 @@ class Target {
 
   // Counters of every reactor (summed and per connection), gathered on their threads.
   nlohmann::json stats_json();
+  // The Prometheus metrics of every reactor, gathered on their threads (metrics_source.cc).
+  MetricsSnapshot metrics_snapshot();
+  // Zeroes the counters the metrics added (IoMetrics), on each reactor's thread; the stats
+  // JSON's counters stay.
+  void reset_metrics();
   // The I/O and discovery listeners as bound (ports resolved when 0 was asked).
   struct Bound {
     std::string host;

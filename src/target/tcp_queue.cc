@@ -116,6 +116,7 @@ void TcpQueue::step_handshake() {
              static_cast<unsigned long long>(id_), endpoint_.peer.c_str(), e.c_str(),
              plain ? " (a plain NVMe/TCP host on the TLS port?)" : "");
     close_pending_ = false;
+    ++ctx_.io_metrics.tls_handshake_failures;
     close("TLS handshake failed");
     return;
   }
@@ -459,7 +460,8 @@ void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* st
     sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent);
   else
     sendq_.enqueue(iov, n, data_class(), sent);
-  if (!success) complete(r, st::kSuccess);
+  if (!success) return complete(r, st::kSuccess);
+  count_done(r, st::kSuccess);
 }
 
 // Straight from a RAM namespace's memory only where nothing else can change those bytes while
@@ -479,6 +481,7 @@ void TcpQueue::send_r2t(Request& r) {
 }
 
 void TcpQueue::complete(Request& r, uint16_t status, uint64_t result) {
+  count_done(r, status);
   // Transient conditions may be retried; everything else carries Do Not Retry.
   // Path errors (SCT 3, ANA) must not carry it: the host retries them on another path.
   bool dnr = status != st::kSuccess && status != st::kConnectControllerBusy &&
@@ -495,35 +498,6 @@ void TcpQueue::complete(Request& r, uint16_t status, uint64_t result) {
 void TcpQueue::on_resp_sent(void* ctx, uint64_t index) {
   auto* self = static_cast<TcpQueue*>(ctx);
   self->release(self->slots_[index]->req);
-}
-
-uint32_t TcpQueue::pdus_in_progress() const {
-  // Commands that will queue a PDU (an R2T, data, a response) by themselves: those not yet
-  // answered. Ones already answering wait on the queued PDUs; an idle host sends nothing.
-  uint32_t n = 0;
-  for (S s :
-       {S::kNew, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting, S::kWaitingDevice})
-    n += states_.count(s);
-  return n;
-}
-
-void TcpQueue::give_back_buffer(Request& r) {
-  (r.buf_inline ? inline_pool_ : pool_).put(r.buf, r.buf_bytes, r.buf_receive);
-  r.buf = nullptr;
-  r.buf_inline = false;
-  r.buf_receive = false;
-}
-
-void TcpQueue::release(Request& r) {
-  if (r.owns_cid) set_cid(r.sqe.cid, false);
-  r.owns_cid = false;
-  give_back_buffer(r);
-  r.buf_bytes = 0;
-  bind_ns(r, nullptr);
-  states_.advance(r, S::kFree);
-  --active_requests_;
-  ctx_.reactor.add_outstanding(-1);
-  free_.push_back(r.index);
 }
 
 // ---------------------------------------------------------------------------- Fabrics hooks

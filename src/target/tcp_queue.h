@@ -13,6 +13,7 @@
 #include "buffers/buffer_pool.h"
 #include "reactor/reactor.h"
 #include "target/command_queue.h"
+#include "target/metrics_source.h"
 #include "transport/pdu_reader.h"
 #include "transport/send_queue.h"
 #include "transport/tls.h"
@@ -54,6 +55,9 @@ class TcpQueue final : public CommandQueue,
   // Live changes (ReactorContext::retune_coalescing, reset_stats).
   void retune_coalescing(const Subsystem* sub, const coalesce::Config& config);
   void reset_counters();
+  // Metrics (metrics_source.cc): counts each open request in its namespace's entry
+  // (NsIoMetrics::inflight); returns the commands not yet answered.
+  uint64_t tally_inflight() const;
 
   // EventHandler
   void on_event(uint32_t events) override;
@@ -137,6 +141,7 @@ class TcpQueue final : public CommandQueue,
   bool back_from_device(Request& r);  // false: the queue closed meanwhile (the request is freed)
   void send_r2t(Request& r);
   static void on_resp_sent(void* ctx, uint64_t index);
+  void count_done(Request& r, uint16_t status);  // the metrics of an answered I/O command
   coalesce::PduClass data_class() const;
 
   void watch(bool readable, bool writable);
@@ -187,6 +192,7 @@ class TcpQueue final : public CommandQueue,
   uint16_t aer_parked_[kAerLimit]{};  // slots of the outstanding AERs, oldest first
   uint32_t inflight_io_ = 0;
   uint64_t commands_ = 0;
+  QueueIoMetrics io_metrics_;
 
   pdu::HeaderSlot ic_hdr_{}, term_hdr_{};
   Timer ka_timer_;

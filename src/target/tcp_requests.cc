@@ -37,6 +37,7 @@ bool TcpQueue::retire_aer(uint16_t cid) {
 }
 
 void TcpQueue::start(Request& r) {
+  r.started = ctx_.reactor.pass_start();  // the pass that read its capsule (no clock read)
   if (r.pending_status != st::kSuccess) return complete(r, r.pending_status);
   const nvme::Sqe& s = r.sqe;
   // A CID still outstanding: the host has lost track. Its CQE carries the same CID as the
@@ -60,6 +61,8 @@ void TcpQueue::start(Request& r) {
   else
     plan = nvm::plan(*this, r);
   if (plan.status != st::kSuccess) return complete(r, plan.status, plan.result);
+  if (qid_ != 0 && s.opcode != nvme::kFabricsOpcode)
+    io_metrics_.on_start(ctx_.io_metrics, *subsystem_, r);
   r.fetch = plan.fetch && !r.in_capsule;  // in-capsule data is there already
   if (plan.buffer_bytes > pool_.max_buffer()) {
     // No buffer that large exists: waiting would hand out a smaller one. A plan asking for
@@ -179,6 +182,36 @@ bool TcpQueue::back_from_device(Request& r) {
   give_back_buffer(r);
   if (reapable()) ctx_.on_queue_closed();
   return false;
+}
+
+uint32_t TcpQueue::pdus_in_progress() const {
+  // Commands that will queue a PDU (an R2T, data, a response) by themselves: those not yet
+  // answered. Ones already answering wait on the queued PDUs; an idle host sends nothing.
+  uint32_t n = 0;
+  for (S s :
+       {S::kNew, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting, S::kWaitingDevice})
+    n += states_.count(s);
+  return n;
+}
+
+void TcpQueue::give_back_buffer(Request& r) {
+  (r.buf_inline ? inline_pool_ : pool_).put(r.buf, r.buf_bytes, r.buf_receive);
+  r.buf = nullptr;
+  r.buf_inline = false;
+  r.buf_receive = false;
+}
+
+void TcpQueue::release(Request& r) {
+  if (r.owns_cid) set_cid(r.sqe.cid, false);
+  r.owns_cid = false;
+  give_back_buffer(r);
+  r.buf_bytes = 0;
+  bind_ns(r, nullptr);
+  r.metrics = nullptr;
+  states_.advance(r, S::kFree);
+  --active_requests_;
+  ctx_.reactor.add_outstanding(-1);
+  free_.push_back(r.index);
 }
 
 void TcpQueue::offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,

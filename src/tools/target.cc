@@ -12,6 +12,7 @@
 #include "common/units.h"
 #include "mgmt/rpc_server.h"
 #include "mgmt/target_methods.h"
+#include "mgmt/metrics_server.h"
 #include "target/target.h"
 #include "tools/cli.h"
 #include "tools/command.h"
@@ -158,6 +159,9 @@ int run_target(int argc, char** argv) {
   app.add_flag("--strict-nqn", cli.strict_nqn,
                "refuse subsystem names without the 'nqn.' prefix (the Linux target takes them, "
                "and so does sens, with a warning)");
+  app.add_option("--metrics", cli.metrics,
+                 "serve Prometheus metrics at http://ADDR:PORT/metrics (port 0: any free port; "
+                 "docs/metrics.md)");
   app.add_flag("--dump-config", dump, "print the effective configuration as JSON and exit");
   app.add_flag("-v,--verbose", verbose, "log every connection");
   app.add_flag("-q,--quiet", quiet, "log errors only");
@@ -213,6 +217,15 @@ int run_target(int argc, char** argv) {
   if (given("--ctrl-pdus")) cfg.coalesce.ctrl_pdus = cli.coalesce.ctrl_pdus;
   if (app.count("--stats-json")) cfg.stats_json = cli.stats_json;
   if (cli.strict_nqn) cfg.strict_nqn = true;
+  if (app.count("--metrics")) cfg.metrics = cli.metrics;
+  if (!cfg.metrics.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    if (!mgmt::parse_metrics_address(cfg.metrics, &host, &port, &error)) {
+      std::fprintf(stderr, "sens target: --metrics: %s\n", error.c_str());
+      return 2;
+    }
+  }
   auto size_opt = [&](const char* name, const std::string& text, uint32_t* out) {
     if (!given(name)) return true;
     auto v = parse_size(text);
@@ -391,6 +404,16 @@ int run_target(int argc, char** argv) {
       std::printf("management: sens rpc --socket %s (JSON-RPC 2.0)\n", rpc_path.c_str());
     }
   }
+  mgmt::MetricsServer metrics(t);
+  if (!cfg.metrics.empty()) {
+    error = metrics.start(cfg.metrics);
+    if (!error.empty()) {
+      std::fprintf(stderr, "sens target: %s\n", error.c_str());
+      t.stop();
+      return 1;
+    }
+    std::printf("metrics on %s\n", metrics.url().c_str());
+  }
   std::fflush(stdout);
 
   for (;;) {
@@ -427,6 +450,7 @@ int run_target(int argc, char** argv) {
   }
   std::printf("stopping\n");
   std::fflush(stdout);
+  metrics.stop();  // no scrape waits on reactors that are stopping
   bool ok = write_stats(t, cfg.stats_json);
   if (rpc) rpc->stop();  // (no change may run while the target stops)
   t.stop();
