@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 # sanitizer and fuzz builds (clang, libclang-rt-14-dev), the fio engine and the interop and
 # bench scripts need on top (make test, make deps).
 BUILD_PACKAGES := cmake ninja-build g++ make pkg-config liburing-dev libisal-dev libssl-dev libcli11-dev \
-	nlohmann-json3-dev python3
+	nlohmann-json3-dev python3 libsystemd-dev
 TEST_PACKAGES := googletest libgtest-dev fio nvme-cli tshark gnuplot iproute2 procps \
 	clang libclang-rt-14-dev librbd-dev librados-dev
 # The one-node Ceph cluster the rbd tests start (tests/rbd/cluster.sh), installed without

@@ -13,6 +13,7 @@
 #include "target/target.h"
 #include "tools/cli.h"
 #include "tools/command.h"
+#include "tools/service.h"
 
 namespace sens::tools {
 namespace {
@@ -358,9 +359,14 @@ int run_target(int argc, char** argv) {
                 first_io->host.c_str(), first_io->port, cfg.subsystems[0].nqn.c_str());
   }
   std::fflush(stdout);
+  // systemd (Type=notify): ready once every listener is bound and every reactor turns.
+  if (service::notifying()) {
+    if (!service::reactors_running(t, 10000)) LOG_WARN("a reactor did not start within 10 s");
+    service::ready(service::status_line(t));
+  }
 
+  int sig = 0;
   for (;;) {
-    int sig = 0;
     sigwait(&set, &sig);
     if (sig == SIGHUP) {
       // Run-time ANA: the listeners' ana= options of the config file, re-read.
@@ -368,13 +374,16 @@ int run_target(int argc, char** argv) {
         LOG_WARN("SIGHUP: no --config file to re-read; ANA states unchanged");
         continue;
       }
+      service::reloading();
       target::TargetConfig fresh;
       std::string why;
       if (!target::load_json(config_file, &fresh, &why)) {
         LOG_WARN("SIGHUP: %s; ANA states unchanged", why.c_str());
+        service::ready("reload failed (" + why + "); " + service::status_line(t));
         continue;
       }
       for (auto& line : t.reload_ana(fresh)) LOG_INFO("SIGHUP: %s", line.c_str());
+      service::ready(service::status_line(t));
       continue;
     }
     if (sig == SIGUSR1) {
@@ -386,6 +395,7 @@ int run_target(int argc, char** argv) {
     }
     break;
   }
+  service::stopping(std::string("stopping on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
   std::printf("stopping\n");
   std::fflush(stdout);
   bool ok = write_stats(t, cfg.stats_json);
