@@ -20,7 +20,7 @@ CEPH_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime
 FIO_SRC_ROOT ?= /usr/local/src/sens-fio
 
 .PHONY: all deps deps-build fio-src configure sens build test sanitize fuzz demo interop bench \
-	build-times clean format
+	build-times clean format install
 
 all: build
 
@@ -62,6 +62,13 @@ sens: deps-build configure
 	@echo "[build] compiling sens with $(JOBS) jobs (the tests come with make test)"
 	@t0=$$(date +%s); cmake --build $(BUILD) -j $(JOBS) --target sens && \
 	  echo "[build] sens built in $$(( $$(date +%s) - t0 )) s"
+
+# `sens`, the host library with its header and sens-host.pc, sens-target.service and an example
+# config under $(DESTDIR)$(PREFIX) (cmake/service.cmake); /etc/sens is left alone.
+PREFIX ?= /usr/local
+install: sens
+	cmake --build $(BUILD) -j $(JOBS) --target sens_host_shared
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
