@@ -47,7 +47,10 @@ install(CODE "
       set(\${var} \"\${prefix}/\${dir}\")
     endif()
   endforeach()
-  set(out \"${CMAKE_BINARY_DIR}/install-generated\")
+  # One directory per destination: test runs install this tree into prefixes of their own
+  # at the same time.
+  string(MD5 key \"\$ENV{DESTDIR}\${prefix}\")
+  set(out \"${CMAKE_BINARY_DIR}/install-generated/\${key}\")
   configure_file(\"${CMAKE_SOURCE_DIR}/packaging/sens-host.pc.in\" \"\${out}/sens-host.pc\" @ONLY)
   configure_file(\"${CMAKE_SOURCE_DIR}/packaging/sens-target.service.in\"
                  \"\${out}/sens-target.service\" @ONLY)
@@ -57,4 +60,5 @@ install(CODE "
   endif()
   file(INSTALL DESTINATION \"\${libdir}/pkgconfig\" TYPE FILE FILES \"\${out}/sens-host.pc\")
   file(INSTALL DESTINATION \"\${unitdir}\" TYPE FILE FILES \"\${out}/sens-target.service\")
+  file(REMOVE_RECURSE \"\${out}\")
 ")
