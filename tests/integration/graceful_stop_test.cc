@@ -17,7 +17,13 @@ namespace {
 
 constexpr const char* kNqn = "nqn.2026-11.dev.sens:stop";
 constexpr uint32_t kLen = 64 * 1024;  // over the in-capsule limit: the data follows an R2T
-constexpr uint32_t kBlock = 4096;     // a file namespace's block size here
+
+// Namespace 1's block size (a file namespace takes its file system's).
+uint32_t block_size(RawClient& admin) {
+  nvme::IdentifyNamespace id{};
+  Result r = admin.exec(nvme::make_identify(0, 1), nullptr, 0, &id, sizeof(id));
+  return r.ok() ? 1u << id.lbaf[id.flbas & 0xF].lbads : 0;
+}
 
 struct StoppingTarget {
   TempDir dir;
@@ -56,8 +62,11 @@ struct StoppingTarget {
 };
 
 // Sends a write whose data goes after an R2T and reads that R2T; "" or what went wrong.
-std::string start_write(RawClient& io, uint16_t* cid, pdu::R2T* r2t) {
-  auto sqe = nvme::make_io(nvme::io_op::kWrite, 1, 0, kLen / kBlock, nvme::Xfer::kTransport, kLen);
+std::string start_write(Session& s, uint16_t* cid, pdu::R2T* r2t) {
+  RawClient& io = s.io;
+  uint32_t block = block_size(s.admin);
+  if (block == 0 || kLen % block) return "block size " + std::to_string(block);
+  auto sqe = nvme::make_io(nvme::io_op::kWrite, 1, 0, kLen / block, nvme::Xfer::kTransport, kLen);
   sqe.cid = *cid = io.next_cid();
   if (!io.send_bytes(io.capsule_bytes(sqe))) return "send: " + io.last_error();
   Pdu p;
@@ -78,11 +87,12 @@ TEST(GracefulStop, AnswersStartedCommandsHoldsNewOnesAndFlushes) {
   ASSERT_EQ(s.open(t.port, kNqn), "");
   uint16_t wcid = 0;
   pdu::R2T r2t{};
-  ASSERT_EQ(start_write(s.io, &wcid, &r2t), "");
+  ASSERT_EQ(start_write(s, &wcid, &r2t), "");
+  uint32_t block = block_size(s.admin);
 
   ASSERT_TRUE(t.terminate()) << t.err();
   // After the signal: a new read is held, the started write gets its data and is answered.
-  auto read = nvme::make_io(nvme::io_op::kRead, 1, 0, 1, nvme::Xfer::kTransport, kBlock);
+  auto read = nvme::make_io(nvme::io_op::kRead, 1, 0, 1, nvme::Xfer::kTransport, block);
   read.cid = s.io.next_cid();
   ASSERT_TRUE(s.io.send_bytes(s.io.capsule_bytes(read)));
   auto data = pattern(kLen, 7);
@@ -120,7 +130,7 @@ TEST(GracefulStop, NamesWhatAHostLeftUnansweredAfterTenSeconds) {
   ASSERT_EQ(s.open(t.port, kNqn), "");
   uint16_t wcid = 0;
   pdu::R2T r2t{};
-  ASSERT_EQ(start_write(s.io, &wcid, &r2t), "");
+  ASSERT_EQ(start_write(s, &wcid, &r2t), "");
   auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(t.terminate()) << t.err();
   // No data ever comes: the stop gives up after 10 s, says what it waited for, exits 0.
