@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 # sanitizer and fuzz builds (clang, libclang-rt-14-dev), the fio engine and the interop and
 # bench scripts need on top (make test, make deps).
 BUILD_PACKAGES := cmake ninja-build g++ make pkg-config liburing-dev libisal-dev libssl-dev libcli11-dev \
-	nlohmann-json3-dev libcpp-httplib-dev python3
+	nlohmann-json3-dev libcpp-httplib-dev libsystemd-dev python3
 TEST_PACKAGES := googletest libgtest-dev fio nvme-cli tshark gnuplot iproute2 procps \
 	clang libclang-rt-14-dev librbd-dev librados-dev
 # The one-node Ceph cluster the rbd tests start (tests/rbd/cluster.sh), installed without
@@ -20,7 +20,7 @@ CEPH_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime
 FIO_SRC_ROOT ?= /usr/local/src/sens-fio
 
 .PHONY: all deps deps-build fio-src configure sens build test sanitize fuzz demo interop bench \
-	build-times clean format
+	build-times clean format install
 
 all: build
 
@@ -62,6 +62,13 @@ sens: deps-build configure
 	@echo "[build] compiling sens with $(JOBS) jobs (the tests come with make test)"
 	@t0=$$(date +%s); cmake --build $(BUILD) -j $(JOBS) --target sens && \
 	  echo "[build] sens built in $$(( $$(date +%s) - t0 )) s"
+
+# `sens`, the host library with its header and sens-host.pc, sens-target.service and an example
+# config under $(DESTDIR)$(PREFIX) (cmake/service.cmake); /etc/sens is left alone.
+PREFIX ?= /usr/local
+install: sens
+	cmake --build $(BUILD) -j $(JOBS) --target sens_host_shared
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)

@@ -643,41 +643,16 @@ nlohmann::json Target::stats_json() {
   return j;
 }
 
-void Target::stop() {
-  if (!running_) return;
-  for (auto& ctx : ctxs_) {
-    ReactorContext* c = ctx.get();
-    c->reactor.post([c] { c->close_all("target stopping"); });
-  }
-  // Device I/O in flight writes into connection buffers: let it complete (up to 5 s) before
-  // the loops stop and the buffers go.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (auto& ctx : ctxs_) {
-    ReactorContext* c = ctx.get();
-    for (;;) {
-      auto owed = std::make_shared<std::promise<uint32_t>>();
-      auto f = owed->get_future();
-      c->reactor.post([c, owed] { owed->set_value(c->inflight_io()); });
-      bool answered = f.wait_until(deadline) == std::future_status::ready;
-      if (!answered || f.get() == 0 || std::chrono::steady_clock::now() >= deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    c->reactor.stop();
-  }
-  for (auto& t : threads_) t.join();
-  threads_.clear();
-  registry_.stop_workers();
-  running_ = false;
-  // Namespaces removed live whose last commands were cut off by the stop.
-  for (auto& d : draining_) {
-    for (auto& ctx : ctxs_) ctx->forget_namespace(d.ns.get());
-    d.ns->reservations.worker().stop();
-    d.ns->device->sync();
-  }
-  draining_.clear();
-  for (auto& l : listeners_) ctxs_[0]->reactor.remove(l->fd());
-  listeners_.clear();
-  registry_.sync_all();
+void Target::close_listeners() {
+  auto close = [this] {
+    for (auto& l : listeners_) ctxs_[0]->reactor.remove(l->fd());
+    listeners_.clear();
+  };
+  // While the reactors run, on the one that watches them; once they are joined, here.
+  if (threads_.empty())
+    close();
+  else
+    run_on(0, close, std::chrono::steady_clock::now() + std::chrono::seconds(5));
 }
 
 }  // namespace sens::target

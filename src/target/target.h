@@ -2,6 +2,7 @@
 // The target: one reactor thread per core, listeners on the first, connections spread
 // round-robin; a Registry of subsystems, namespaces and controllers shared by all.
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
@@ -72,6 +73,11 @@ class ReactorContext {
   void reset_stats();
   // Device I/O still owed to this reactor's queues (open or closed).
   uint32_t inflight_io() const;
+  // A graceful stop (shutdown.cc): every open connection holds the commands that arrive
+  // from now on; unanswered() counts those started before, still unanswered, and `detail`
+  // (if given) gets a line for each connection that has some.
+  void quiesce_all();
+  uint32_t unanswered(std::string* detail) const;
   // Destroys closed connections whose device I/O has drained (deferred, never re-entrant).
   void schedule_reap();
   // Per-connection counters and this reactor's own (wake-ups, timers).
@@ -107,7 +113,9 @@ class Target {
 
   // Opens devices and listeners and starts the reactor threads. Returns "" or an error.
   std::string start();
-  // Closes listeners and connections, joins the threads, flushes the devices.
+  // Stops gracefully (shutdown.cc): closes the listeners, lets the commands already started
+  // finish (up to 10 s; the log names any left), closes the connections, joins the threads,
+  // flushes the devices.
   void stop();
 
   // Counters of every reactor (summed and per connection), gathered on their threads.
@@ -228,6 +236,10 @@ class Target {
   std::string retire_namespace(Subsystem* sub, uint32_t nsid, Nanos drain, std::string* note);
   std::vector<auth::ConfiguredPsk> tls_keys_;
   bool find_tls_psk(const std::string& identity, transport::TlsPsk* psk, std::string* why);
+  // Stops accepting: the listeners close on the reactor that watches them.
+  void close_listeners();
+  // Runs `fn` on reactor `i` and waits for it (false: not run by `deadline`).
+  bool run_on(size_t i, std::function<void()> fn, std::chrono::steady_clock::time_point deadline);
   bool running_ = false;
 };
 

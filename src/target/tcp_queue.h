@@ -48,6 +48,14 @@ class TcpQueue final : public CommandQueue,
   const transport::RecvCounters& recv_counters() const { return reader_.counters(); }
   const RequestStates& request_states() const { return states_; }
   uint32_t inflight_io() const { return inflight_io_; }
+  // A graceful stop: from now on, commands that arrive are held, never started (the host
+  // sends them again once it has reconnected); those already started run to their response.
+  void quiesce() { quiescing_ = true; }
+  // Commands started and not yet answered (their response may still be leaving); an
+  // outstanding AER does not count. A stop waits for 0 before it closes the connection.
+  uint32_t unanswered() const;
+  // "connection N (peer, qid Q): K unanswered (state n, ...)" for the stop's log.
+  std::string describe_unanswered() const;
   // Whether the queue may be destroyed (closed, no device I/O in flight, no pending resume).
   bool reapable() const { return closed_ && inflight_io_ == 0 && !resume_scheduled_; }
   // Runs the requests (and the held reader) that the buffer pool has served since.
@@ -193,6 +201,8 @@ class TcpQueue final : public CommandQueue,
   uint32_t inflight_io_ = 0;
   uint64_t commands_ = 0;
   QueueIoMetrics io_metrics_;
+  bool quiescing_ = false;  // quiesce(): new commands are held
+  uint32_t held_ = 0;       // commands held unstarted since quiesce()
 
   pdu::HeaderSlot ic_hdr_{}, term_hdr_{};
   Timer ka_timer_;

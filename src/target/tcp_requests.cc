@@ -1,6 +1,7 @@
 // The request state machine of an NVMe/TCP queue: from a capsule's checks to a free slot,
 // through the buffer pool, R2T, the command sets and device I/O (see request.h).
 #include <cstring>
+#include <string>
 
 #include "common/log.h"
 #include "target/target.h"
@@ -38,6 +39,13 @@ bool TcpQueue::retire_aer(uint16_t cid) {
 
 void TcpQueue::start(Request& r) {
   r.started = ctx_.reactor.pass_start();  // the pass that read its capsule (no clock read)
+  if (quiescing_) {
+    // Stopping: held in NEW until the connection closes, its in-capsule data dropped now
+    // (the in-capsule pool feeds the reader, which the commands still running may need).
+    give_back_buffer(r);
+    ++held_;
+    return;
+  }
   if (r.pending_status != st::kSuccess) return complete(r, r.pending_status);
   const nvme::Sqe& s = r.sqe;
   // A CID still outstanding: the host has lost track. Its CQE carries the same CID as the
@@ -228,6 +236,27 @@ void TcpQueue::offload(Request& r, WorkerThread& worker, std::function<uint16_t(
     });
   });
   if (!posted && back_from_device(r)) complete(r, nvme::status::kInternalError);  // stopping
+}
+
+uint32_t TcpQueue::unanswered() const {
+  uint32_t n = 0;
+  for (S s : {S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting, S::kWaitingDevice,
+              S::kSendingData, S::kSendingResponse})
+    n += states_.count(s);
+  return n;
+}
+
+std::string TcpQueue::describe_unanswered() const {
+  std::string s = "connection " + std::to_string(id_) + " (" + endpoint_.peer + ", qid " +
+                  std::to_string(qid_) + "): " + std::to_string(unanswered()) + " unanswered (";
+  const char* sep = "";
+  for (S st : {S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting, S::kWaitingDevice,
+               S::kSendingData, S::kSendingResponse})
+    if (uint32_t c = states_.count(st)) {
+      s += sep + std::string(state_name(st)) + " " + std::to_string(c);
+      sep = ", ";
+    }
+  return s + ")";
 }
 
 }  // namespace sens::target

@@ -16,6 +16,7 @@
 #include "target/target.h"
 #include "tools/cli.h"
 #include "tools/command.h"
+#include "tools/service.h"
 
 namespace sens::tools {
 namespace {
@@ -415,9 +416,14 @@ int run_target(int argc, char** argv) {
     std::printf("metrics on %s\n", metrics.url().c_str());
   }
   std::fflush(stdout);
+  // systemd (Type=notify): ready once every listener is bound and every reactor turns.
+  if (service::notifying()) {
+    if (!service::reactors_running(t, 10000)) LOG_WARN("a reactor did not start within 10 s");
+    service::ready(service::status_line(t));
+  }
 
+  int sig = 0;
   for (;;) {
-    int sig = 0;
     sigwait(&set, &sig);
     if (sig == SIGHUP) {
       // The config file, re-read and applied through the live changes the RPC makes.
@@ -425,10 +431,12 @@ int run_target(int argc, char** argv) {
         LOG_WARN("SIGHUP: no --config file to re-read; nothing changed");
         continue;
       }
+      service::reloading();
       target::TargetConfig fresh;
       std::string why;
       if (!target::load_json(config_file, &fresh, &why)) {
         LOG_WARN("SIGHUP: %s; nothing changed", why.c_str());
+        service::ready("reload failed (" + why + "); " + service::status_line(t));
         continue;
       }
       target::apply_defaults(fresh);
@@ -437,6 +445,7 @@ int run_target(int argc, char** argv) {
                             "--ctrl-timeout-us", "--pg-bytes"})
         if (app.count(o)) fresh.coalesce = cfg.coalesce;
       for (auto& line : t.apply_config(fresh)) LOG_INFO("SIGHUP: %s", line.c_str());
+      service::ready(service::status_line(t));
       continue;
     }
     if (sig == SIGUSR1) {
@@ -448,6 +457,7 @@ int run_target(int argc, char** argv) {
     }
     break;
   }
+  service::stopping(std::string("stopping on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
   std::printf("stopping\n");
   std::fflush(stdout);
   metrics.stop();  // no scrape waits on reactors that are stopping
