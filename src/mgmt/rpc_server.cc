@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "common/units.h"

@@ -76,7 +76,7 @@ json subsystem_json(Target& t, target::Subsystem& s) {
                           {"device", ns->device->describe()},
                           {"size_bytes", ns->blocks.load() << ns->block_shift},
                           {"block_size", 1u << ns->block_shift},
-                          {"anagrpid", ns->anagrpid},
+                          {"anagrpid", ns->anagrpid.load()},
                           {"nguid", hex(ns->nguid, 16)},
                           {"uuid", hex(ns->uuid, 16)}});
   json listeners = json::array();
@@ -166,6 +166,7 @@ std::map<std::string, Handler> target_handlers(Target& t) {
     return json{{"ready", true}, {"listeners", listeners}};
   };
   h["subsystem_list"] = [&t](const json& p) {
+    std::lock_guard<std::mutex> lock(t.registry().management_mutex());  // namespaces stay
     json out = json::array();
     std::string only = str(p, "nqn");
     for (target::Subsystem* s : t.registry().subsystems())
@@ -218,7 +219,9 @@ std::map<std::string, Handler> target_handlers(Target& t) {
       throw RpcError{kInvalidParams, "nsid must be 1.." + std::to_string(target::kMaxNsid)};
     std::string nqn = str(p, "nqn");
     check(t.resize_namespace(nqn, uint32_t(nsid), size_param(p, "size")));
-    target::Namespace* ns = t.registry().find(nqn)->ns(uint32_t(nsid));
+    std::lock_guard<std::mutex> lock(t.registry().management_mutex());
+    target::Subsystem* sub = t.registry().find(nqn);
+    target::Namespace* ns = sub ? sub->ns(uint32_t(nsid)) : nullptr;
     return json{{"size_bytes", ns ? ns->blocks.load() << ns->block_shift : 0}};
   };
   h["host_allow"] = [&t](const json& p) {
@@ -242,7 +245,42 @@ std::map<std::string, Handler> target_handlers(Target& t) {
     check(t.disconnect_controller(uint16_t(id)));
     return json(true);
   };
+  h["namespace_set_ana_group"] = [&t](const json& p) {
+    uint64_t nsid = num(p, "nsid"), group = num(p, "group");
+    if (nsid == 0 || nsid > target::kMaxNsid)
+      throw RpcError{kInvalidParams, "nsid must be 1.." + std::to_string(target::kMaxNsid)};
+    if (group == 0 || group > target::ana::kMaxGroups)
+      throw RpcError{kInvalidParams, "group must be 1..32"};
+    check(t.set_namespace_ana_group(str(p, "nqn"), uint32_t(nsid), uint32_t(group)));
+    return json(true);
+  };
+  h["listener_add"] = [&t](const json& p) {
+    uint64_t port = num(p, "port");
+    if (port > 65535) throw RpcError{kInvalidParams, "port must be 0..65535"};
+    std::string text = str(p, "address");
+    // (parse_listen wants a port; 0, any free one, is set after)
+    text = (text.find(':') != std::string::npos ? "[" + text + "]" : text) + ":" +
+           std::to_string(port ? port : 1);
+    if (p.contains("ana")) {
+      std::string ana = str(p, "ana");
+      text += ana.rfind("ana", 0) == 0 ? "," + ana : ",ana=" + ana;
+    }
+    target::ListenAddress addr;
+    std::string error;
+    if (!target::parse_listen(text, &addr, &error)) throw RpcError{kInvalidParams, error};
+    addr.port = uint16_t(port);
+    target::Target::Bound added;
+    check(t.add_listener(addr, p.value("tls", false), &added));
+    return json{{"address", added.host}, {"port", added.port}, {"tls", added.tls}};
+  };
+  h["listener_remove"] = [&t](const json& p) {
+    uint64_t port = num(p, "port");
+    if (port == 0 || port > 65535) throw RpcError{kInvalidParams, "port must be 1..65535"};
+    check(t.remove_listener(str(p, "address"), uint16_t(port)));
+    return json(true);
+  };
   h["listener_list"] = [&t](const json&) {
+    std::lock_guard<std::mutex> lock(t.registry().management_mutex());
     json out = json::array();
     const auto& ports = t.registry().ana_ports();
     for (auto& b : t.bound()) {
@@ -269,10 +307,10 @@ std::map<std::string, Handler> target_handlers(Target& t) {
       throw RpcError{kInvalidParams, "group must be 1..32 (or left out: every group)"};
     std::string address = str(p, "address");
     uint64_t port = num(p, "port");
+    std::lock_guard<std::mutex> lock(t.registry().management_mutex());
     const auto& ports = t.registry().ana_ports();
     for (size_t i = 0; i < ports.size(); ++i)
       if (ports[i]->host == address && ports[i]->port == port) {
-        std::lock_guard<std::mutex> lock(t.registry().management_mutex());
         int changed = t.set_ana_state(i, uint32_t(group), state);
         return json{{"groups_changed", changed}};
       }

@@ -87,8 +87,9 @@ void identify(CommandQueue& q, Request& r) {
       id.oaes = (1u << 8) | (sub->discovery ? 0 : 1u << 11);  // ns attribute, ANA change
       if (!sub->discovery) {
         id.anatt = 10;  // seconds a group may stay in the change state
-        // optimized, non-optimized, inaccessible, persistent loss, change; ANAGRPID fixed
-        id.anacap = 0x1F | (1u << 6);
+        // optimized, non-optimized, inaccessible, persistent loss, change; ANAGRPID may
+        // change while attached (namespace_set_ana_group), so bit 6 stays clear
+        id.anacap = 0x1F;
         id.anagrpmax = ana::kMaxGroups;
         id.nanagrpid = ana::kMaxGroups;
         id.mnan = kMaxNsid;

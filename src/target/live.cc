@@ -366,6 +366,74 @@ std::string Target::disconnect_controller(uint16_t cntlid) {
   return "";
 }
 
+// ---------------------------------------------------------------------------- listeners
+
+std::string Target::add_listener(const ListenAddress& addr, bool tls, Bound* added) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  if (tls && !tls_) return "no TLS here: the target was started without --tls PSKFILE";
+  for (auto& b : bound())
+    if (b.host == addr.host && b.port == addr.port && addr.port != 0)
+      return addr.host + ":" + std::to_string(addr.port) + " is a listener already";
+  // Its ANA view first (a host may connect the moment it listens); kept if the open fails.
+  AnaPort* ana = registry_.add_ana_port(addr);
+  if (auto error = open_io_listener(addr, tls, ana, added); !error.empty()) return error;
+  ListenAddress saved = addr;
+  saved.port = added->port;
+  (tls ? live_.tls_listen : live_.listen).push_back(saved);
+  LOG_INFO("listening on %s:%u (I/O%s), added live", added->host.c_str(), added->port,
+           tls ? ", TLS 1.3" : "");
+  return "";
+}
+
+std::string Target::remove_listener(const std::string& host, uint16_t port) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  if (!close_io_listener(host, port))
+    return "no I/O listener " + host + ":" + std::to_string(port) + " (listener_list shows them)";
+  for (auto* list : {&live_.listen, &live_.tls_listen})
+    list->erase(
+        std::remove_if(list->begin(), list->end(),
+                       [&](const ListenAddress& l) { return l.host == host && l.port == port; }),
+        list->end());
+  LOG_INFO("listener %s:%u removed (its connections stay)", host.c_str(), port);
+  return "";
+}
+
+std::string Target::set_namespace_ana_group(const std::string& nqn, uint32_t nsid, uint32_t group) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  Subsystem* sub = registry_.find(nqn);
+  SubsystemConfig* sc = find_config(live_, nqn);
+  if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
+  Namespace* ns = sub->ns(nsid);
+  if (!ns) return ns_name(nqn, nsid) + " does not exist";
+  if (group < 1 || group > ana::kMaxGroups) return "the ANA group must be 1..32";
+  if (ns->anagrpid == group) return "";
+  ns->anagrpid = group;
+  // The saved spec says it too.
+  uint32_t next = 0;
+  for (auto& spec : sc->namespaces) {
+    NamespaceOptions o;
+    std::string e;
+    parse_namespace_options(spec, &o, &e);
+    next = o.nsid ? o.nsid : next + 1;
+    if (next != nsid) continue;
+    std::string kept;
+    size_t start = 0;
+    while (start <= spec.size()) {  // the spec without its anagrpid= option
+      size_t comma = spec.find(',', start);
+      std::string item = spec.substr(start, comma == std::string::npos ? comma : comma - start);
+      start = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+      if (item.rfind("anagrpid=", 0) != 0) kept += (kept.empty() ? "" : ",") + item;
+    }
+    spec = spec_with_nsid(kept + ",anagrpid=" + std::to_string(group), nsid);
+    break;
+  }
+  notify_namespace_changed(sub, nsid);
+  for (auto& port : registry_.ana_ports()) notify_ana_change(port.get());
+  notify_ana_change(registry_.default_ana());
+  LOG_INFO("%s moved to ANA group %u", ns_name(nqn, nsid).c_str(), group);
+  return "";
+}
+
 // ---------------------------------------------------------------------------- coalescing
 
 coalesce::Config Target::coalescing(const std::string& nqn, std::string* error) {

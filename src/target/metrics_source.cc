@@ -158,11 +158,11 @@ MetricsSnapshot Target::metrics_snapshot() {
   for (auto& f : parts)
     if (f.wait_for(std::chrono::seconds(5)) == std::future_status::ready)
       m.reactors.push_back(f.get());
-  for (auto& sub : registry_.subsystems()) {
+  // (nsids only: this thread is no reactor, so a namespace removed meanwhile may be gone)
+  for (Subsystem* sub : registry_.subsystems()) {
     m.subsystems.push_back(sub->nqn);
     m.controllers[sub->nqn] = 0;
-    for (auto& ns : sub->namespaces)
-      if (ns) m.namespaces.emplace_back(sub->nqn, ns->nsid);
+    for (uint32_t nsid : sub->active_nsids()) m.namespaces.emplace_back(sub->nqn, nsid);
   }
   for (auto& ctrl : registry_.controllers())
     if (!ctrl->dead && ctrl->subsystem) ++m.controllers[ctrl->subsystem->nqn];

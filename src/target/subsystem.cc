@@ -81,6 +81,13 @@ std::vector<Namespace*> Subsystem::active_namespaces() const {
   return out;
 }
 
+std::vector<uint32_t> Subsystem::active_nsids() const {
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; i < kMaxNsid; ++i)
+    if (ns_table_[i].load(std::memory_order_acquire)) out.push_back(i + 1);
+  return out;
+}
+
 void Subsystem::publish(std::unique_ptr<Namespace> ns) {
   uint32_t i = ns->nsid - 1;
   if (ns->device->volatile_cache()) volatile_cache = true;
@@ -307,6 +314,20 @@ void Registry::remove_subsystem(Subsystem* sub) {
       subsystems_.erase(it);
       return;
     }
+}
+
+AnaPort* Registry::add_ana_port(const ListenAddress& l) {
+  for (auto& p : ana_ports_)  // a listener removed and added again: the same view
+    if (p->host == l.host && p->port == l.port && l.port != 0) {
+      for (uint32_t g = 1; g <= ana::kMaxGroups; ++g) p->set(g, l.ana_for(g));
+      return p.get();
+    }
+  auto port = std::make_unique<AnaPort>();
+  port->host = l.host;
+  port->port = l.port;
+  for (uint32_t g = 1; g <= ana::kMaxGroups; ++g) port->set(g, l.ana_for(g));
+  ana_ports_.push_back(std::move(port));
+  return ana_ports_.back().get();
 }
 
 std::vector<Subsystem*> Registry::subsystems() const {

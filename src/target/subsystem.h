@@ -28,7 +28,7 @@ struct Namespace {
   uint32_t block_shift = 9;
   uint8_t nguid[16]{};
   uint8_t uuid[16]{};
-  uint32_t anagrpid = 1;  // its ANA group (anagrpid= in the spec)
+  std::atomic<uint32_t> anagrpid{1};  // its ANA group (anagrpid= in the spec; changes live)
   Reservations reservations;
   // Unique over the process's life: per-queue caches keyed by nsid tell an nsid used again.
   const uint64_t generation = next_generation();
@@ -118,7 +118,10 @@ class Subsystem {
                                          : nullptr;
   }
   // The active namespaces in nsid order (a snapshot; the table may change meanwhile).
+  // Reactors may use the pointers for the rest of their pass; other threads only under the
+  // registry's management lock (a removal frees a namespace once the reactors let it go).
   std::vector<Namespace*> active_namespaces() const;
+  std::vector<uint32_t> active_nsids() const;  // any thread
   uint32_t namespace_count() const { return ns_count_.load(std::memory_order_relaxed); }
   // Management path only (Registry, under its lock): publish into a free slot, or take the
   // namespace out of the table (the caller destroys it once nothing holds it).
@@ -247,6 +250,9 @@ class Registry {
   // controllers that came in elsewhere (optimized).
   const std::vector<std::unique_ptr<AnaPort>>& ana_ports() const { return ana_ports_; }
   AnaPort* default_ana() { return &default_ana_; }
+  // A listener added live: its ANA view (kept for good: controllers point at it). Under the
+  // management lock, like every reader of ana_ports() but Target::start.
+  AnaPort* add_ana_port(const ListenAddress& l);
 
   // Flushes every namespace's device (shutdown).
   void sync_all();

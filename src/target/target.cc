@@ -137,9 +137,9 @@ void ReactorContext::forget_namespace(const Namespace* ns) {
   storage::Queue* q = it->second.get();
   kick_list_.erase(std::remove(kick_list_.begin(), kick_list_.end(), q), kick_list_.end());
   if (q->event_fd() >= 0) reactor.remove(q->event_fd());
-  watchers_.erase(std::remove_if(watchers_.begin(), watchers_.end(),
-                                 [q](auto& w) { return w->queue() == q; }),
-                  watchers_.end());
+  watchers_.erase(
+      std::remove_if(watchers_.begin(), watchers_.end(), [q](auto& w) { return w->queue() == q; }),
+      watchers_.end());
   queues_.erase(it);
 }
 
@@ -276,6 +276,9 @@ class Target::Listener final : public EventHandler {
     ::close(fd_);
   }
   int fd() const { return fd_; }
+  uint16_t port() const { return port_; }
+  bool discovery() const { return discovery_; }
+  const AnaPort* ana() const { return ana_; }
 
   void on_event(uint32_t) override {
     for (;;) {
@@ -454,6 +457,7 @@ std::string Target::start() {
     if (ana) ana->port = port;  // (port 0 asked: the one the kernel gave)
     listeners_.push_back(
         std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, discovery, false, ana));
+    std::lock_guard<std::mutex> lock(bound_mu_);
     bound_.push_back({addr.host, port, discovery});
   }
   for (auto& addr : config_.tls_listen) {
@@ -467,6 +471,7 @@ std::string Target::start() {
     ana->port = port;
     listeners_.push_back(
         std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, false, true, ana));
+    std::lock_guard<std::mutex> lock(bound_mu_);
     bound_.push_back({addr.host, port, false, true});
   }
   for (auto& l : listeners_) ctxs_[0]->reactor.add(l->fd(), EPOLLIN, l.get());
@@ -485,6 +490,55 @@ std::string Target::start() {
     });
   }
   return "";
+}
+
+std::string Target::open_io_listener(const ListenAddress& addr, bool tls, AnaPort* ana,
+                                     Bound* out) {
+  uint16_t port = 0;
+  std::string error;
+  int fd = open_listener(addr.host, addr.port, &port, &error);
+  if (fd < 0) return error;
+  ana->port = port;
+  auto l = std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, false, tls, ana);
+  Listener* raw = l.get();
+  // listeners_ belongs to reactor 0 (its handlers, close_listeners()).
+  auto add = [this, raw, fd, &l] {
+    listeners_.push_back(std::move(l));
+    ctxs_[0]->reactor.add(fd, EPOLLIN, raw);
+  };
+  if (threads_.empty())
+    add();
+  else
+    run_on(0, add, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  *out = {addr.host, port, false, tls};
+  std::lock_guard<std::mutex> lock(bound_mu_);
+  bound_.push_back(*out);
+  return "";
+}
+
+bool Target::close_io_listener(const std::string& host, uint16_t port) {
+  {
+    std::lock_guard<std::mutex> lock(bound_mu_);
+    auto it = std::find_if(bound_.begin(), bound_.end(), [&](const Bound& b) {
+      return !b.discovery && b.host == host && b.port == port;
+    });
+    if (it == bound_.end()) return false;
+    bound_.erase(it);
+  }
+  auto close = [this, host, port] {
+    for (auto it = listeners_.begin(); it != listeners_.end(); ++it)
+      if ((*it)->port() == port && !(*it)->discovery() && (*it)->ana() &&
+          (*it)->ana()->host == host) {
+        ctxs_[0]->reactor.remove((*it)->fd());
+        listeners_.erase(it);  // (closes the socket)
+        return;
+      }
+  };
+  if (threads_.empty())
+    close();
+  else
+    run_on(0, close, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  return true;
 }
 
 // TLS server PSK lookup: the identity names the host and subsystem; the host must be allowed
@@ -630,12 +684,13 @@ nlohmann::json Target::stats_json() {
   nlohmann::json j = coalesce::to_json(total);
   j["policy"] = coalesce::policy_name(config_.coalesce.policy);
   nlohmann::json namespaces = nlohmann::json::array();
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());  // (see active_namespaces)
   for (Subsystem* s : registry_.subsystems())
     for (Namespace* ns : s->active_namespaces())
-        namespaces.push_back({{"nqn", s->nqn},
-                              {"nsid", ns->nsid},
-                              {"spec", ns->spec},
-                              {"syncs", ns->device->syncs()}});
+      namespaces.push_back({{"nqn", s->nqn},
+                            {"nsid", ns->nsid},
+                            {"spec", ns->spec},
+                            {"syncs", ns->device->syncs()}});
   j["namespaces"] = namespaces;  // syncs: whole-device flushes (shutdown, CC.SHN)
   j["auth"] = {{"succeeded", auth_succeeded_.load()}, {"failed", auth_failed_.load()}};
   j["reactors"] = reactors;

@@ -132,7 +132,11 @@ class Target {
     bool discovery;
     bool tls = false;
   };
-  const std::vector<Bound>& bound() const { return bound_; }
+  // (a copy: listeners come and go live)
+  std::vector<Bound> bound() const {
+    std::lock_guard<std::mutex> lock(bound_mu_);
+    return bound_;
+  }
   const TargetConfig& config() const { return config_; }
   Registry& registry() { return registry_; }
   // This machine's caches (sysfs), which the tyche buffer layout colours for.
@@ -182,6 +186,14 @@ class Target {
   std::string disallow_host(const std::string& nqn, const std::string& host);
   std::string set_allow_any_host(const std::string& nqn, bool allow);
   std::string disconnect_controller(uint16_t cntlid);
+  // An I/O listener (port 0: any free one; `added` gets what was bound). Its ANA states are
+  // the address's ana= options. A removed listener accepts no more; connections made through
+  // it stay.
+  std::string add_listener(const ListenAddress& addr, bool tls, Bound* added);
+  std::string remove_listener(const std::string& host, uint16_t port);
+  // Moves a namespace to another ANA group: hosts get an ANA change and a Namespace
+  // Attribute Changed event.
+  std::string set_namespace_ana_group(const std::string& nqn, uint32_t nsid, uint32_t group);
   // nqn empty: every subsystem (and the default); else one subsystem's connections.
   std::string set_coalescing(const std::string& nqn, const coalesce::Config& config);
   coalesce::Config coalescing(const std::string& nqn, std::string* error);
@@ -213,6 +225,7 @@ class Target {
   std::vector<std::unique_ptr<ReactorContext>> ctxs_;
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> threads_;
+  mutable std::mutex bound_mu_;
   std::vector<Bound> bound_;
   std::atomic<uint64_t> next_reactor_{0};
   std::atomic<uint32_t> open_connections_{0};
@@ -233,6 +246,9 @@ class Target {
   // Closes `ns` once no request holds it: its reactor queues, then its device.
   void destroy_namespace(std::unique_ptr<Namespace> ns);
   void sweep_draining();
+  // target.cc: opens, registers (on reactor 0) and records an I/O listener; closes one.
+  std::string open_io_listener(const ListenAddress& addr, bool tls, AnaPort* ana, Bound* out);
+  bool close_io_listener(const std::string& host, uint16_t port);
   std::string retire_namespace(Subsystem* sub, uint32_t nsid, Nanos drain, std::string* note);
   std::vector<auth::ConfiguredPsk> tls_keys_;
   bool find_tls_psk(const std::string& identity, transport::TlsPsk* psk, std::string* why);

@@ -75,8 +75,7 @@ std::string status_line(target::Target& t) {
   size_t subsystems = 0, namespaces = 0;
   for (auto& sub : t.registry().subsystems()) {
     ++subsystems;
-    for (auto& ns : sub->namespaces)
-      if (ns) ++namespaces;
+    namespaces += sub->namespace_count();
   }
   s += "; " + std::to_string(namespaces) + " namespace(s) in " + std::to_string(subsystems) +
        " subsystem(s)";

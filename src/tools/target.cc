@@ -10,9 +10,9 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "mgmt/metrics_server.h"
 #include "mgmt/rpc_server.h"
 #include "mgmt/target_methods.h"
-#include "mgmt/metrics_server.h"
 #include "target/target.h"
 #include "tools/cli.h"
 #include "tools/command.h"
@@ -358,8 +358,9 @@ int run_target(int argc, char** argv) {
       std::printf("  host %s authenticates (DH-HMAC-CHAP%s)\n", host.c_str(),
                   s->auth_for(host)->ctrl_key.empty() ? "" : ", bidirectional on request");
   }
+  const auto bound = t.bound();
   const target::Target::Bound* first_io = nullptr;
-  for (auto& b : t.bound()) {
+  for (auto& b : bound) {
     std::printf("listening on %s:%u (%s)\n", b.host.c_str(), b.port,
                 b.discovery ? "discovery"
                 : b.tls     ? "I/O, TLS 1.3"

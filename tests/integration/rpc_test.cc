@@ -366,6 +366,36 @@ TEST(Rpc, HostsComeAndGoAndTheListDecides) {
   EXPECT_EQ(subs[0]["allow_any_host"], false);
 }
 
+// A listener added live takes connections; removed, it takes no more and the connections
+// made through it stay. A namespace moved to another ANA group says so in Identify.
+TEST(Rpc, ListenersComeAndGoAndNamespacesChangeAnaGroup) {
+  RpcTarget t;
+  ASSERT_EQ(t.start(), "");
+  json added = t.ok({"listener_add", "--address", "127.0.0.1", "--port", "0"});
+  uint16_t port = added["port"];
+  ASSERT_NE(port, 0);
+  bool listed = false;
+  for (auto& l : t.ok({"listener_list"})) listed |= l["port"] == port;
+  EXPECT_TRUE(listed);
+  Session s;
+  ASSERT_EQ(s.open(port, kNqn), "");
+  EXPECT_EQ(write_read(s.io, 0, 4096, 11, false), "");
+  EXPECT_NE(t.refused({"listener_add", "--address", "127.0.0.1", "--port", std::to_string(t.port)}),
+            "");  // the port is taken
+  t.ok({"listener_remove", "--address", "127.0.0.1", "--port", std::to_string(port)});
+  RawClient late;
+  EXPECT_FALSE(late.connect(port, 1000)) << "the removed listener still accepts";
+  EXPECT_EQ(write_read(s.io, 8, 4096, 12, false), "");  // the connection made there stays
+
+  t.ok({"namespace_set_ana_group", "--nqn", kNqn, "--nsid", "1", "--group", "2"});
+  nvme::IdentifyNamespace id{};
+  ASSERT_TRUE(s.admin.exec(nvme::make_identify(0x00, 1, 0), nullptr, 0, &id, sizeof id).ok());
+  EXPECT_EQ(id.anagrpid, 2u);
+  EXPECT_EQ(write_read(s.io, 16, 4096, 13, false), "");  // group 2 is optimized here too
+  std::string saved = t.ok({"save_config"})["subsystems"][0]["namespaces"][0];
+  EXPECT_NE(saved.find("anagrpid=2"), std::string::npos) << saved;
+}
+
 std::string make_secret(uint8_t transform, size_t len, uint8_t seed) {
   auth::Secret s;
   s.transform = transform;

@@ -65,7 +65,7 @@ TEST_F(AnaTest, IdentifyReportsMultiControllerAnaAndReservations) {
   EXPECT_GT(idc.anatt, 0);
   EXPECT_EQ(idc.anagrpmax, 32u);
   EXPECT_EQ(idc.nanagrpid, 32u);
-  EXPECT_EQ(idc.mnan, 3u);
+  EXPECT_EQ(idc.mnan, 1024u);
   EXPECT_TRUE(idc.oncs & (1u << 5));
   nvme::IdentifyNamespace idn{};
   ASSERT_TRUE(s.admin.exec(nvme::make_identify(0, 2), nullptr, 0, &idn, sizeof idn).ok());

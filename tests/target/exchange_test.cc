@@ -43,8 +43,8 @@ void io_suite(RawClient& io, bool data_success) {
   EXPECT_TRUE(w.r2ts.empty()) << "in-capsule data needs no R2T";
   EXPECT_EQ(w.cqe.sqid, 1);
   std::vector<uint8_t> back(4096);
-  Result r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 8, 8, Xfer::kTransport, 4096), nullptr,
-                     0, back.data(), 4096);
+  Result r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 8, 8, Xfer::kTransport, 4096), nullptr, 0,
+                     back.data(), 4096);
   ASSERT_TRUE(r.ok()) << r.describe();
   EXPECT_EQ(r.c2h_bytes, 4096u);
   EXPECT_EQ(first_difference(small, back), -1);
@@ -83,8 +83,8 @@ void io_suite(RawClient& io, bool data_success) {
 
   // Read the 64 KiB back.
   std::vector<uint8_t> big_back(65536);
-  r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 1024, 128, Xfer::kTransport, 65536), nullptr,
-              0, big_back.data(), 65536);
+  r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 1024, 128, Xfer::kTransport, 65536), nullptr, 0,
+              big_back.data(), 65536);
   ASSERT_TRUE(r.ok()) << r.describe();
   EXPECT_EQ(r.c2h_bytes, 65536u);
   EXPECT_EQ(first_difference(big, big_back), -1);
@@ -99,8 +99,8 @@ void io_suite(RawClient& io, bool data_success) {
   // pattern behind them).
   Result z = io.exec(nvme::make_io(nvme::io_op::kWriteZeroes, 1, 1024, 32, Xfer::kTransport, 0));
   ASSERT_TRUE(z.ok()) << z.describe();
-  r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 1024, 128, Xfer::kTransport, 65536), nullptr,
-              0, big_back.data(), 65536);
+  r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 1024, 128, Xfer::kTransport, 65536), nullptr, 0,
+              big_back.data(), 65536);
   ASSERT_TRUE(r.ok()) << r.describe();
   std::vector<uint8_t> expect = big;
   std::memset(expect.data(), 0, 16384);
@@ -115,8 +115,8 @@ void io_suite(RawClient& io, bool data_success) {
   d = io.exec(nvme::make_dsm_deallocate(1, 1, Xfer::kTransport), &range2, sizeof(range2));
   ASSERT_TRUE(d.ok()) << d.describe();
   EXPECT_EQ(d.r2ts.size(), 1u);
-  r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 1024, 128, Xfer::kTransport, 65536), nullptr,
-              0, big_back.data(), 65536);
+  r = io.exec(nvme::make_io(nvme::io_op::kRead, 1, 1024, 128, Xfer::kTransport, 65536), nullptr, 0,
+              big_back.data(), 65536);
   ASSERT_TRUE(r.ok()) << r.describe();
   std::memset(expect.data() + 16384, 0, 16384);
   EXPECT_EQ(first_difference(expect, big_back), -1);
@@ -214,7 +214,7 @@ TEST_F(TargetFixture, FullExchange) {
   EXPECT_EQ(idc.icdoff, 0);
   EXPECT_TRUE(idc.sgls & 1) << "SGL support";
   EXPECT_EQ(4096u << idc.mdts, kMaxIo) << "MDTS in 4 KiB units";
-  EXPECT_EQ(idc.nn, 1u);
+  EXPECT_EQ(idc.nn, 1024u);  // nsids 1..1024: namespaces come and go live
   EXPECT_EQ(idc.cntrltype, 1) << "I/O controller";
   EXPECT_EQ(idc.maxcmd, kQueueSize);
   EXPECT_EQ(idc.cntlid, cntlid);
@@ -230,7 +230,13 @@ TEST_F(TargetFixture, FullExchange) {
   EXPECT_EQ(idn.ncap, kNsBytes / 512);
   EXPECT_EQ(idn.flbas & 0xF, 0);
   EXPECT_EQ(idn.lbaf[0].lbads, 9);
-  r = admin.exec(nvme::make_identify(0, 2), nullptr, 0, &idn, sizeof(idn));
+  // An inactive nsid (within NN) identifies as zeroes; past NN it is Invalid Namespace.
+  nvme::IdentifyNamespace inactive{};
+  std::memset(&inactive, 0xEE, sizeof inactive);
+  r = admin.exec(nvme::make_identify(0, 2), nullptr, 0, &inactive, sizeof(inactive));
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(inactive.nsze, 0u);
+  r = admin.exec(nvme::make_identify(0, 1025), nullptr, 0, &inactive, sizeof(inactive));
   EXPECT_EQ(r.status(), st::kInvalidNamespace) << r.describe();
 
   // CNS 2: active namespace list.

@@ -25,8 +25,8 @@ struct Case {
   uint32_t fei;  // kAnyFei: not checked (reserved for this FES)
 };
 
-std::vector<uint8_t> header8(uint8_t type, uint8_t flags, uint8_t hlen, uint8_t pdo,
-                             uint32_t plen, size_t total) {
+std::vector<uint8_t> header8(uint8_t type, uint8_t flags, uint8_t hlen, uint8_t pdo, uint32_t plen,
+                             size_t total) {
   std::vector<uint8_t> b(std::max<size_t>(total, 8), 0);
   b[0] = type;
   b[1] = flags;
@@ -84,8 +84,8 @@ class MalformedTest : public TargetFixture {
     ASSERT_TRUE(victim.send_bytes(bytes)) << victim.last_error();
     Pdu p;
     RecvStatus st = victim.recv_pdu(&p, 1500);
-    ASSERT_EQ(st, RecvStatus::kOk) << "no C2HTermReq: " << recv_status_name(st) << ": "
-                                   << victim.last_error();
+    ASSERT_EQ(st, RecvStatus::kOk)
+        << "no C2HTermReq: " << recv_status_name(st) << ": " << victim.last_error();
     if (p.type() == uint8_t(pdu::Type::kCapsuleResp)) {
       auto cqe = p.as<pdu::CapsuleResp>().cqe;
       FAIL() << "answered with a CapsuleResp (cid " << cqe.cid << ", status 0x" << std::hex
@@ -104,8 +104,8 @@ class MalformedTest : public TargetFixture {
     EXPECT_LE(p.data_len(), 128u);
     EXPECT_EQ(std::memcmp(p.data(), bytes.data(), std::min<size_t>(8, bytes.size())), 0)
         << "quoted header differs from the one sent";
-    EXPECT_TRUE(victim.wait_closed(2000)) << "still open after the C2HTermReq: "
-                                          << victim.last_error();
+    EXPECT_TRUE(victim.wait_closed(2000))
+        << "still open after the C2HTermReq: " << victim.last_error();
     // Another host is not disturbed.
     EXPECT_EQ(write_read(keeper_.io, 4096 + (seed_ % 64) * 16, 8192, seed_, seed_ % 2), "");
     ++seed_;

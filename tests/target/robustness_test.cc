@@ -103,7 +103,7 @@ TEST_F(MultiNamespaceTest, EachNamespaceIsIdentifiedAndAddressed) {
   nvme::IdentifyController idc{};
   Result r = s.admin.exec(nvme::make_identify(1, 0), nullptr, 0, &idc, sizeof(idc));
   ASSERT_TRUE(r.ok()) << r.describe();
-  EXPECT_EQ(idc.nn, 3u);
+  EXPECT_EQ(idc.nn, 1024u);  // NN: the nsids the controller may have; the active list says which
   uint32_t list[1024] = {};
   r = s.admin.exec(nvme::make_identify(2, 0), nullptr, 0, list, sizeof(list));
   ASSERT_TRUE(r.ok()) << r.describe();
