@@ -148,7 +148,8 @@ std::vector<MethodSpec> make_specs() {
         {"bytes", P::kInt, false, "the byte cap of a group"}}},
       {"stats_get", "The counters, as --stats-json writes them.", "sens rpc stats_get", {}},
       {"stats_reset",
-       "Zeroes the counters (coalescing, receive, reactor, authentication); gauges such as "
+       "Zeroes the counters (coalescing, receive, reactor, authentication, the Prometheus "
+       "metrics); gauges such as "
        "open connections and buffers in use stay.",
        "sens rpc stats_reset",
        {}},

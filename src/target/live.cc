@@ -470,6 +470,7 @@ std::string Target::set_coalescing(const std::string& nqn, const coalesce::Confi
 
 void Target::reset_stats() {
   on_every_reactor([](ReactorContext& ctx) { ctx.reset_stats(); });
+  reset_metrics();  // the Prometheus counters too (a counter reset, as Prometheus allows)
   auth_succeeded_ = 0;
   auth_failed_ = 0;
 }

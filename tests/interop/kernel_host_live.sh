@@ -116,7 +116,7 @@ rc=0
 wait $VM || rc=$?
 VM=
 say "VM done"
-grep -E '@@NOTE |^\[[ 0-9.]*\] +dmesg: ' "$WORK/vm.log" | grep -v '@@NOTE WANT' | sed 's/^\[[ 0-9.]*\] //'
+grep -E '@@NOTE |^\[[ 0-9.]*\] +dmesg: ' "$WORK/vm.log" | grep -v '@@NOTE WANT' | sed 's/^\[[ 0-9.]*\] //' || true
 for m in namespace_add namespace_resize listener_add namespace_remove; do
   case "$answered" in *" $m "*) ;; *) echo "the guest never asked for $m"; rc=1 ;; esac
 done
@@ -129,7 +129,7 @@ print("target after the changes: namespaces", ", ".join("%d (%s, %d MiB)" % (
     n["nsid"], n["spec"].split(":")[0], n["size_bytes"] >> 20) for n in s["namespaces"]),
     "; listeners", ", ".join("%s:%d" % (l["address"], l["port"]) for l in s["listeners"]))
 ' || true
-kill -INT $TPID
+kill -INT $TPID 2> /dev/null || true
 wait $TPID || { echo "target exited with $?"; rc=1; }
 TPID=
 grep -E '^\[(info|warn|error)' "$WORK/target.log" | sed 's/^/target: /' || true
