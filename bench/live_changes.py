@@ -28,6 +28,12 @@ leftover state; 1 otherwise (and with --max-ratio R, also when the median p99 ra
 The latency percentiles are the edges of sens perf's histogram buckets, so small differences
 move in steps; on a busy machine p99 is noisy, so use the ratio of medians and several --reps.
 
+On 2 cores nothing is free for management: the target's RPC thread (with the default
+--target-cpus) and this client share core 0 with the reactor, so every request, even one that
+changes nothing, takes some of the reactor's time. `--ops ping` (log_get_level at the same
+rate, no change) is the control that tells that cost from the changes' own; --churn-core and
+--target-cpus move the client and the RPC thread.
+
 The binary is copied to a temporary directory first, so a rebuild of build/sens during the
 run does not change the program under test (or break it while it is being relinked)."""
 import argparse
@@ -52,6 +58,13 @@ CHURN_NS = "null:1G"
 # One cycle of changes; the pairs undo each other, so every full cycle leaves the state as it was.
 CYCLE = ["namespace_add", "host_allow", "stats_get", "coalescing_set_hi",
          "namespace_remove", "host_disallow", "stats_reset", "coalescing_set_lo"]
+# --ops picks kinds of change; "ping" (log_get_level, which changes nothing) is for a control
+# run: the same RPC traffic without changes.
+OPS = {"namespace": ["namespace_add", "namespace_remove"],
+       "host": ["host_allow", "host_disallow"],
+       "stats": ["stats_get", "stats_reset"],
+       "coalescing": ["coalescing_set_hi", "coalescing_set_lo"],
+       "ping": ["ping"]}
 
 
 def free_port():
@@ -138,7 +151,8 @@ def wait_rpc(path, target, timeout=20):
 class Churn:
     """Issues the changes from its own thread once start() is called."""
 
-    def __init__(self, sock_path, count, duration, burst, pdus_lo, pdus_hi):
+    def __init__(self, sock_path, count, duration, burst, pdus_lo, pdus_hi, cycle):
+        self.cycle = cycle
         self.sock_path, self.count, self.duration, self.burst = sock_path, count, duration, burst
         self.pdus_lo, self.pdus_hi = pdus_lo, pdus_hi
         self.issued = 0
@@ -149,7 +163,6 @@ class Churn:
         self.exception = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.go = threading.Event()
-        self.stop = threading.Event()
 
     def start(self):
         self.thread.start()
@@ -183,13 +196,11 @@ class Churn:
             self.t_first = start
             interval = 0 if self.burst or self.count <= 0 else self.duration / self.count
             for i in range(self.count):
-                if self.stop.is_set():
-                    break
                 due = start + i * interval
                 now = time.monotonic()
                 if due > now:
                     time.sleep(due - now)
-                op = CYCLE[i % len(CYCLE)]
+                op = self.cycle[i % len(self.cycle)]
                 if op == "namespace_add":
                     t0 = time.monotonic()
                     res, err = rpc.call("namespace_add", nqn=CHURN_NQN, spec="null:64M")
@@ -213,6 +224,8 @@ class Churn:
                         self._call(rpc, "host_disallow", nqn=CHURN_NQN, host=hosts.pop())
                     else:
                         self._call(rpc, "stats_get")
+                elif op == "ping":
+                    self._call(rpc, "log_get_level")
                 elif op == "stats_get":
                     self._call(rpc, "stats_get")
                 elif op == "stats_reset":
@@ -266,7 +279,8 @@ def run_perf(a, sens, port, work, mode, rep, sock_path):
            "--json", out_json]
     churn = None
     if mode == "churn":
-        churn = Churn(sock_path, a.changes, a.time * a.spread, a.burst, a.pdus_lo, a.pdus_hi)
+        churn = Churn(sock_path, a.changes, a.time * a.spread, a.burst, a.pdus_lo, a.pdus_hi,
+                      a.cycle)
         churn.start()
     lines = []
     t_launch = time.monotonic()
@@ -386,6 +400,9 @@ def main():
                     help="issue the changes as fast as the target answers, not spread out")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: --time 2 --reps 1 --changes 100")
+    ap.add_argument("--ops", default="namespace,host,stats,coalescing",
+                    help="kinds of change, comma-separated: namespace, host, stats, coalescing;"
+                         " 'ping' (log_get_level, no change) makes a control run")
     ap.add_argument("--bs", default="4k")
     ap.add_argument("--qd", type=int, default=32)
     ap.add_argument("--size", default="256M", help="region of the RAM namespace exercised")
@@ -393,6 +410,10 @@ def main():
     ap.add_argument("--pdus-hi", type=int, default=32, help="B of the retune up")
     ap.add_argument("--target-core", type=int, default=0)
     ap.add_argument("--host-core", type=int, default=1)
+    ap.add_argument("--target-cpus", default=None,
+                    help="taskset list of the whole target process (default: the target core;"
+                         " its reactor is pinned there by --pin either way, its RPC thread"
+                         " runs where this allows)")
     ap.add_argument("--churn-core", type=int, default=None,
                     help="core of this script's RPC client (default: the target's core)")
     ap.add_argument("--port", type=int, default=0)
@@ -402,6 +423,11 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.time, a.reps, a.changes = 2, 1, 100
+    kinds = [k.strip() for k in a.ops.split(",") if k.strip()]
+    if not kinds or any(k not in OPS for k in kinds):
+        ap.error(f"--ops: choose from {', '.join(OPS)}")
+    # Keep the order of the full cycle: every change comes before the one undoing it.
+    a.cycle = [op for op in CYCLE + ["ping"] if any(op in OPS[k] for k in kinds)]
     churn_core = a.target_core if a.churn_core is None else a.churn_core
     try:
         os.sched_setaffinity(0, {churn_core})
@@ -415,7 +441,7 @@ def main():
     log_path = os.path.join(work, "target.log")
     log = open(log_path, "w")
     target = subprocess.Popen(
-        ["taskset", "-c", str(a.target_core), sens, "target", "--listen", f"127.0.0.1:{port}",
+        ["taskset", "-c", a.target_cpus or str(a.target_core), sens, "target", "--listen", f"127.0.0.1:{port}",
          "--discovery-port", "0", "--nqn", IO_NQN, "--ns", "ram:1G", "--rpc", sock_path,
          "--pin", str(a.target_core), "--cores", "1", "-q"],
         stdout=log, stderr=subprocess.STDOUT)
@@ -495,10 +521,10 @@ def main():
              if b["rep"] == c["rep"] and b["p99_us"] == b["p99_us"] and c["p99_us"] == c["p99_us"]]
     pair_ratio = statistics.median(pairs) if pairs else float("nan")
     print(f"sens live changes (issue 28): {started}, {os.cpu_count()} cores, target on core "
-          f"{a.target_core}, sens perf on core {a.host_core}, RPC client on core {churn_core}; "
+          f"{a.target_core} (process on {a.target_cpus or a.target_core}), sens perf on core {a.host_core}, RPC client on core {churn_core}; "
           f"randrw {a.bs} QD {a.qd} verify, {a.time:g} s measured per run, {a.reps} x each mode "
           f"interleaved, {a.changes} changes per churn run "
-          f"({'burst' if a.burst else f'spread over {a.spread * a.time:g} s'}); "
+          f"({'burst' if a.burst else f'spread over {a.spread * a.time:g} s'}; {a.ops}); "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
     print()
     print("| mode | rep | kIOPS | p50 us | p99 us | p99.9 us | changes | RPC errors | changes/s | "

@@ -128,9 +128,11 @@ void Converter::note(const std::string& path, const std::string& what) {
 
 void Converter::unknown_keys(const json& o, const std::string& path,
                              std::initializer_list<const char*> known) {
-  for (auto& [key, v] : o.items())
+  for (auto& item : o.items()) {
+    const std::string& key = item.key();  // (clang 14 lambdas cannot capture a binding)
     if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; }))
       note(dot(path, key), "unknown, ignored");
+  }
 }
 
 // hosts: [{"nqn", "dhchap_key", "dhchap_ctrl_key", "dhchap_hash", "dhchap_dhgroup"}], the
