@@ -347,6 +347,11 @@ std::map<std::string, Handler> target_handlers(Target& t) {
     u32("bytes", c.bytes);
     us("timeout_us", c.timeout);
     us("ctrl_timeout_us", c.ctrl_timeout);
+    // (the same bounds validate() holds the command line to, named as the RPC names them)
+    if (c.pdus < 1 || c.pdus > 1024) throw RpcError{kInvalidParams, "pdus must be in 1..1024"};
+    if (c.ctrl_pdus < 1 || c.ctrl_pdus > 1024)
+      throw RpcError{kInvalidParams, "ctrl_pdus must be in 1..1024"};
+    if (c.bytes < 512) throw RpcError{kInvalidParams, "bytes must be at least 512"};
     check(t.set_coalescing(nqn, c));
     return coalescing_json(c);
   };

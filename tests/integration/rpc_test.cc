@@ -286,6 +286,8 @@ TEST(Rpc, RefusalsSayWhyAndChangeNothing) {
                 .find("key"),
             std::string::npos);
   EXPECT_NE(t.refused({"coalescing_set", "--policy", "fastest"}).find("policy"), std::string::npos);
+  EXPECT_NE(t.refused({"coalescing_set", "--pdus", "0"}).find("pdus must be in 1..1024"),
+            std::string::npos);
   EXPECT_NE(t.refused({"controller_disconnect", "--cntlid", "77"}).find("no controller"),
             std::string::npos);
   // Raw JSON-RPC: each malformed request gets its error code, the connection stays usable.
