@@ -93,6 +93,13 @@ void Reactor::remove(int fd) {
   epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
 }
 
+void Reactor::remove(int fd, EventHandler* handler) {
+  remove(fd);
+  for (int i = batch_next_; i < batch_end_; ++i)
+    if (events_[i].data.u64 != kWakeupTag && events_[i].data.ptr == handler)
+      events_[i].data.ptr = nullptr;
+}
+
 // ---- timer heap (min-heap on deadline, intrusive index) ----
 void Reactor::heap_up(int i) {
   while (i > 0) {
@@ -332,13 +339,17 @@ void Reactor::run_once(Nanos max_wait) {
     ++stats_.spins;
   }
   if (n < 0) n = 0;
+  batch_end_ = n;
   for (int i = 0; i < n; ++i) {
+    batch_next_ = i + 1;
     if (events_[i].data.u64 == kWakeupTag) {
       drain_mailbox();
       continue;
     }
-    static_cast<EventHandler*>(events_[i].data.ptr)->on_event(events_[i].events);
+    if (events_[i].data.ptr)  // (null: its handler went earlier in this pass)
+      static_cast<EventHandler*>(events_[i].data.ptr)->on_event(events_[i].events);
   }
+  batch_next_ = batch_end_ = 0;
   fire_timers();
   const bool worked = n > 0 || hooked || stats_.timers_fired != fired_before ||
                       !deferred_.empty() || !pass_end_.empty();

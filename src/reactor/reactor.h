@@ -108,6 +108,10 @@ class Reactor {
   void add(int fd, uint32_t events, EventHandler* handler);
   void modify(int fd, uint32_t events, EventHandler* handler);
   void remove(int fd);
+  // The same, for a handler about to be destroyed: events of the current pass not yet
+  // dispatched to it are dropped too (a message run mid-pass may destroy a handler whose event
+  // comes later in the same batch).
+  void remove(int fd, EventHandler* handler);
 
   // Arms (or re-arms) `timer` to fire at `deadline` on this reactor's thread.
   void arm(Timer& timer, Nanos deadline);
@@ -232,6 +236,7 @@ class Reactor {
   std::atomic<bool> stop_{false};
   ReactorStats stats_;
   std::vector<epoll_event> events_;
+  int batch_next_ = 0, batch_end_ = 0;  // the events of this pass not yet dispatched
 };
 
 }  // namespace sens

@@ -136,7 +136,8 @@ void ReactorContext::forget_namespace(const Namespace* ns) {
   if (it == queues_.end()) return;
   storage::Queue* q = it->second.get();
   kick_list_.erase(std::remove(kick_list_.begin(), kick_list_.end(), q), kick_list_.end());
-  if (q->event_fd() >= 0) reactor.remove(q->event_fd());
+  for (auto& w : watchers_)
+    if (w->queue() == q) reactor.remove(q->event_fd(), w.get());
   watchers_.erase(
       std::remove_if(watchers_.begin(), watchers_.end(), [q](auto& w) { return w->queue() == q; }),
       watchers_.end());
@@ -500,10 +501,10 @@ std::string Target::open_io_listener(const ListenAddress& addr, bool tls, AnaPor
   if (fd < 0) return error;
   ana->port = port;
   auto l = std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, false, tls, ana);
-  Listener* raw = l.get();
+  Listener* raw = l.release();
   // listeners_ belongs to reactor 0 (its handlers, close_listeners()).
-  auto add = [this, raw, fd, &l] {
-    listeners_.push_back(std::move(l));
+  auto add = [this, raw, fd] {
+    listeners_.emplace_back(raw);
     ctxs_[0]->reactor.add(fd, EPOLLIN, raw);
   };
   if (threads_.empty())
@@ -529,7 +530,7 @@ bool Target::close_io_listener(const std::string& host, uint16_t port) {
     for (auto it = listeners_.begin(); it != listeners_.end(); ++it)
       if ((*it)->port() == port && !(*it)->discovery() && (*it)->ana() &&
           (*it)->ana()->host == host) {
-        ctxs_[0]->reactor.remove((*it)->fd());
+        ctxs_[0]->reactor.remove((*it)->fd(), it->get());
         listeners_.erase(it);  // (closes the socket)
         return;
       }
@@ -700,7 +701,7 @@ nlohmann::json Target::stats_json() {
 
 void Target::close_listeners() {
   auto close = [this] {
-    for (auto& l : listeners_) ctxs_[0]->reactor.remove(l->fd());
+    for (auto& l : listeners_) ctxs_[0]->reactor.remove(l->fd(), l.get());
     listeners_.clear();
   };
   // While the reactors run, on the one that watches them; once they are joined, here.

@@ -170,7 +170,7 @@ void TcpQueue::close(const char* why) {
   sendq_.shutdown();  // nothing may write to the descriptor number once it is closed
   ctx_.reactor.cancel(ka_timer_);
   ctx_.reactor.cancel(setup_timer_);
-  ctx_.reactor.remove(fd_);
+  ctx_.reactor.remove(fd_, this);
   ::close(fd_);
   fd_ = -1;
   ctx_.target.connection_closed();
