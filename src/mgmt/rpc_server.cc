@@ -218,7 +218,9 @@ void RpcServer::run() {
       int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0) clients.push_back({fd, {}, {}});
     }
-    for (size_t i = 0; i < clients.size(); ++i) {
+    // (clients accepted just now have no poll entry yet: they wait for the next round)
+    size_t polled = fds.size() - 2;
+    for (size_t i = 0; i < polled; ++i) {
       Client& c = clients[i];
       short ev = fds[i + 2].revents;
       bool drop = false;
@@ -263,6 +265,7 @@ void RpcServer::run() {
         clients.erase(clients.begin() + long(i));
         fds.erase(fds.begin() + long(i) + 2);
         --i;
+        --polled;
       }
     }
   }
