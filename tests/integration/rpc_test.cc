@@ -398,6 +398,67 @@ TEST(Rpc, ListenersComeAndGoAndNamespacesChangeAnaGroup) {
   EXPECT_NE(saved.find("anagrpid=2"), std::string::npos) << saved;
 }
 
+// The methods the other tests do not reach: subsystems created and deleted live (with a host
+// connected to the deleted one), allow_any_host, controllers listed and disconnected, ANA set
+// per listener, the log level, and the method list.
+TEST(Rpc, SubsystemsControllersAnaAndTheRest) {
+  RpcTarget t;
+  ASSERT_EQ(t.start(), "");
+  const std::string two = "nqn.2026-12.io.example:two";
+  t.ok({"subsystem_create", "--nqn", two, "--namespaces", "ram:16M", "--namespaces", "null:1G"});
+  Session s;
+  ASSERT_EQ(s.open(t.port, two), "");
+  EXPECT_EQ(write_read(s.io, 0, 4096, 21, false), "");
+  json ctrls = t.ok({"controller_list", "--nqn", two});
+  ASSERT_EQ(ctrls.size(), 1u);
+  EXPECT_EQ(ctrls[0]["cntlid"], s.cntlid);
+  EXPECT_EQ(ctrls[0]["hostnqn"], kHostNqn);
+  EXPECT_EQ(ctrls[0]["queues"].size(), 2u);
+  EXPECT_NE(ctrls[0]["address"].get<std::string>().find("127.0.0.1:"), std::string::npos);
+  // Any host, then only listed ones: the connected host, not listed, goes.
+  t.ok({"subsystem_allow_any_host", "--nqn", two, "--allow", "false"});
+  EXPECT_TRUE(s.admin.wait_closed(5000));
+  Session refused;
+  EXPECT_NE(refused.open(t.port, two), "");
+  t.ok({"subsystem_allow_any_host", "--nqn", two, "--allow", "true"});
+  Session again;
+  ASSERT_EQ(again.open(t.port, two), "");
+  // Disconnected by the operator.
+  t.ok({"controller_disconnect", "--cntlid", std::to_string(again.cntlid)});
+  EXPECT_TRUE(again.io.wait_closed(5000));
+  // ANA through the listener: a host connected there sees the group inaccessible.
+  Session s1;
+  ASSERT_EQ(s1.open(t.port, kNqn), "");
+  json r = t.ok({"listener_set_ana", "--address", "127.0.0.1", "--port", std::to_string(t.port),
+                 "--group", "1", "--state", "inaccessible"});
+  EXPECT_EQ(r["groups_changed"], 1);
+  std::vector<uint8_t> back(4096);
+  Result io = s1.io.exec(io_cmd(nvme::io_op::kRead, 1, 0, 4096), nullptr, 0, back.data(), 4096);
+  EXPECT_EQ(io.status(), 0x302) << io.describe();  // Asymmetric Access Inaccessible
+  bool seen = false;
+  for (auto& l : t.ok({"listener_list"}))
+    if (l["port"] == t.port) seen = l["ana"]["1"] == "inaccessible";
+  EXPECT_TRUE(seen);
+  // Deleted with a host connected: its connections close, its name is free again.
+  Session doomed;
+  ASSERT_EQ(doomed.open(t.port, two), "");
+  t.ok({"subsystem_delete", "--nqn", two});
+  EXPECT_TRUE(doomed.io.wait_closed(5000));
+  EXPECT_EQ(t.ok({"subsystem_list"}).size(), 1u);
+  EXPECT_NE(t.refused({"subsystem_delete", "--nqn", two}).find("no subsystem"), std::string::npos);
+  EXPECT_NE(t.refused({"subsystem_create", "--nqn", two}).find("no namespace"), std::string::npos);
+  t.ok({"subsystem_create", "--nqn", two, "--namespaces", "null:1G"});
+  EXPECT_EQ(t.ok({"subsystem_list", "--nqn", two})[0]["namespaces"].size(), 1u);
+  // The log level, and the method list.
+  EXPECT_EQ(t.ok({"log_set_level", "--level", "debug"}), "debug");
+  EXPECT_EQ(t.ok({"log_get_level"}), "debug");
+  EXPECT_NE(t.refused({"log_set_level", "--level", "chatty"}).find("error, warn, info"),
+            std::string::npos);
+  json methods = t.ok({"rpc_get_methods"});
+  EXPECT_GE(methods.size(), 25u);
+  for (auto& m : methods) EXPECT_FALSE(m["help"].get<std::string>().empty()) << m.dump();
+}
+
 std::string make_secret(uint8_t transform, size_t len, uint8_t seed) {
   auth::Secret s;
   s.transform = transform;
