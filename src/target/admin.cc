@@ -195,7 +195,7 @@ size_t discovery_log(CommandQueue& q, uint8_t* page, size_t room) {
       if (s->host_allowed(q.controller()->hostnqn))
         add(s->nqn, bound[i], nvme::kSubtypeNvme, uint16_t(i + 1));
   }
-  hdr.genctr = 1;
+  hdr.genctr = ctx.registry.discovery_generation();
   hdr.numrec = n;
   hdr.recfmt = 0;
   return 1024 * (n + 1);
@@ -279,7 +279,7 @@ void get_log_page(CommandQueue& q, Request& r) {
       page_len = 4096;
       auto changed = ctrl.take_changed_namespaces();
       size_t n = std::min<size_t>(changed.size(), std::min<size_t>(room, page_len) / 4);
-      std::memcpy(r.buf, changed.data(), n * 4);
+      if (n) std::memcpy(r.buf, changed.data(), n * 4);  // (an empty list has no data())
       if (!(r.sqe.cdw10 & (1u << 15)) && ctrl.ns_event_masked.exchange(false)) q.deliver_events();
       break;
     }

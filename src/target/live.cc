@@ -163,6 +163,7 @@ std::string Target::create_subsystem(const SubsystemConfig& sc) {
   if (auto error = validate(candidate); !error.empty()) return error;
   if (auto error = registry_.add_subsystem(sc); !error.empty()) return error;
   live_ = std::move(candidate);
+  registry_.discovery_changed();
   LOG_INFO("subsystem %s created (%zu namespace(s))", sc.nqn.c_str(), sc.namespaces.size());
   return "";
 }
@@ -182,6 +183,7 @@ std::string Target::delete_subsystem(const std::string& nqn) {
   subs.erase(std::remove_if(subs.begin(), subs.end(),
                             [&](const SubsystemConfig& s) { return s.nqn == nqn; }),
              subs.end());
+  registry_.discovery_changed();
   LOG_INFO("subsystem %s deleted", nqn.c_str());
   return "";
 }
@@ -310,6 +312,7 @@ std::string Target::allow_host(const std::string& nqn, const std::string& host,
   sub->set_hosts(next.allowed_hosts, std::move(keys));
   sub->set_allow_any_host(false);
   live_ = std::move(candidate);
+  registry_.discovery_changed();
   LOG_INFO("%s: host %s allowed%s", nqn.c_str(), host.c_str(),
            auth ? (ctrl_key.empty() ? " (DH-HMAC-CHAP key set)" : " (DH-HMAC-CHAP keys set)") : "");
   return "";
@@ -337,6 +340,7 @@ std::string Target::disallow_host(const std::string& nqn, const std::string& hos
   drop(sc->host_keys);
   drop(sc->ctrl_keys);
   sc->allow_any_host = false;
+  registry_.discovery_changed();
   LOG_INFO("%s: host %s disallowed; its controllers disconnected", nqn.c_str(), host.c_str());
   return "";
 }
@@ -350,6 +354,7 @@ std::string Target::set_allow_any_host(const std::string& nqn, bool allow) {
     return nqn + " has hosts with DH-HMAC-CHAP keys: any host would get in without one";
   sub->set_allow_any_host(allow);
   sc->allow_any_host = allow;
+  registry_.discovery_changed();
   if (!allow)  // hosts connected that are not on the list go
     disconnect_where(
         [&](const Controller& c) { return c.subsystem == sub && !sub->host_allowed(c.hostnqn); });
@@ -380,6 +385,7 @@ std::string Target::add_listener(const ListenAddress& addr, bool tls, Bound* add
   ListenAddress saved = addr;
   saved.port = added->port;
   (tls ? live_.tls_listen : live_.listen).push_back(saved);
+  registry_.discovery_changed();
   LOG_INFO("listening on %s:%u (I/O%s), added live", added->host.c_str(), added->port,
            tls ? ", TLS 1.3" : "");
   return "";
@@ -394,6 +400,7 @@ std::string Target::remove_listener(const std::string& host, uint16_t port) {
         std::remove_if(list->begin(), list->end(),
                        [&](const ListenAddress& l) { return l.host == host && l.port == port; }),
         list->end());
+  registry_.discovery_changed();
   LOG_INFO("listener %s:%u removed (its connections stay)", host.c_str(), port);
   return "";
 }

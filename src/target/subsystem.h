@@ -253,6 +253,10 @@ class Registry {
   // A listener added live: its ANA view (kept for good: controllers point at it). Under the
   // management lock, like every reader of ana_ports() but Target::start.
   AnaPort* add_ana_port(const ListenAddress& l);
+  // The discovery log's generation counter: moves with every live change that can change a
+  // host's discovery log page (subsystems, hosts, listeners), so hosts re-read it.
+  uint64_t discovery_generation() const { return discovery_gen_.load(); }
+  void discovery_changed() { discovery_gen_.fetch_add(1); }
 
   // Flushes every namespace's device (shutdown).
   void sync_all();
@@ -271,6 +275,7 @@ class Registry {
   std::vector<std::shared_ptr<Controller>> controllers_;
   std::vector<std::unique_ptr<AnaPort>> ana_ports_;
   AnaPort default_ana_;
+  std::atomic<uint64_t> discovery_gen_{1};
 };
 
 }  // namespace sens::target

@@ -28,6 +28,7 @@ struct RpcTarget {
   TempDir dir;
   Child child;
   uint16_t port = 0;
+  uint16_t dport = 0;  // a discovery port (0: none)
   std::string sock;
 
   std::string start(const std::vector<std::string>& extra = {}) {
@@ -40,7 +41,7 @@ struct RpcTarget {
                                        "--listen",
                                        "127.0.0.1:" + std::to_string(port),
                                        "--discovery-port",
-                                       "0",
+                                       std::to_string(dport),
                                        "--rpc",
                                        sock,
                                        "--ns",
@@ -403,9 +404,21 @@ TEST(Rpc, ListenersComeAndGoAndNamespacesChangeAnaGroup) {
 // per listener, the log level, and the method list.
 TEST(Rpc, SubsystemsControllersAnaAndTheRest) {
   RpcTarget t;
+  t.dport = free_port();
   ASSERT_EQ(t.start(), "");
+  // The discovery log: its generation counter moves with the subsystems it lists.
+  auto discover = [&] {
+    return run_command({SENS_BINARY, "discover", "-a", "127.0.0.1", "-s", std::to_string(t.dport)},
+                       10000)
+        .out;
+  };
+  std::string before = discover();
+  ASSERT_NE(before.find("Generation counter 1\n"), std::string::npos) << before;
   const std::string two = "nqn.2026-12.io.example:two";
   t.ok({"subsystem_create", "--nqn", two, "--namespaces", "ram:16M", "--namespaces", "null:1G"});
+  std::string after = discover();
+  EXPECT_NE(after.find("Generation counter 2\n"), std::string::npos) << after;
+  EXPECT_NE(after.find(two), std::string::npos) << after;
   Session s;
   ASSERT_EQ(s.open(t.port, two), "");
   EXPECT_EQ(write_read(s.io, 0, 4096, 21, false), "");
