@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -198,17 +199,27 @@ void RpcServer::run() {
     bool closing = false;  // sent its last answer (an oversized request): close once out
   };
   std::vector<Client> clients;
+  std::chrono::steady_clock::time_point accept_paused_until{};
   for (;;) {
     std::vector<pollfd> fds;
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, short(clients.size() < kMaxClients ? POLLIN : 0), 0});
+    // Out of descriptors, accept() fails while the listener stays readable: it is not polled
+    // for 100 ms then, instead of spinning (the clients wait in the backlog meanwhile).
+    auto now = std::chrono::steady_clock::now();
+    bool accepting = clients.size() < kMaxClients && now >= accept_paused_until;
+    fds.push_back({listen_fd_, short(accepting ? POLLIN : 0), 0});
     for (auto& c : clients)
       // A client that sends and does not read its answers is not read from until it does.
       fds.push_back({c.fd,
                      short((c.closing || c.out.size() > kMaxRequestBytes ? 0 : POLLIN) |
                            (c.out.empty() ? 0 : POLLOUT)),
                      0});
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
+    int wait_ms = -1;
+    if (now < accept_paused_until)
+      wait_ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(accept_paused_until - now)
+                        .count()) +
+                1;
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
       if (errno == EINTR) continue;
       LOG_ERROR("rpc: poll: %s", std::strerror(errno));
       break;
@@ -216,7 +227,10 @@ void RpcServer::run() {
     if (fds[0].revents) break;
     if (fds[1].revents & POLLIN) {
       int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0) clients.push_back({fd, {}, {}});
+      if (fd >= 0)
+        clients.push_back({fd, {}, {}});
+      else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        accept_paused_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     }
     // (clients accepted just now have no poll entry yet: they wait for the next round)
     size_t polled = fds.size() - 2;
