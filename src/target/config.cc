@@ -250,9 +250,17 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
     if (s.namespaces.empty()) return "subsystem '" + s.nqn + "' has no namespace";
     if (s.namespaces.size() > 1024)
       return "subsystem '" + s.nqn + "' has more than 1024 namespaces";
+    std::set<uint32_t> nsids;  // nsid=N, or the one after the previous namespace's
+    uint32_t nsid = 0;
     for (auto& ns : s.namespaces) {
       std::string err = check_namespace_spec(ns);
       if (!err.empty()) return "namespace '" + ns + "': " + err;
+      NamespaceOptions o;
+      parse_namespace_options(ns, &o, &err);
+      nsid = o.nsid ? o.nsid : nsid + 1;
+      if (nsid > 1024 || !nsids.insert(nsid).second)
+        return "subsystem '" + s.nqn + "': nsid " + std::to_string(nsid) +
+               (nsid > 1024 ? " is past 1024" : " given twice");
     }
     for (auto& h : s.allowed_hosts)
       if (!valid_nqn(h)) return "allowed host '" + h + "' is not an NQN (nqn.…)";

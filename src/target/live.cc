@@ -75,13 +75,7 @@ void Target::notify_namespace_changed(Subsystem* sub, uint32_t nsid) {
   for (auto& c : registry_.controllers()) {
     if (c->subsystem != sub) continue;
     c->note_namespace_changed(nsid);
-    std::lock_guard<std::mutex> lock(c->mu);
-    for (auto& ref : c->queues) {
-      if (ref.qid != 0 || !ref.ctx) continue;
-      ReactorContext* ctx = ref.ctx;
-      uint64_t id = ref.conn_id;
-      ctx->reactor.post([ctx, id] { ctx->deliver_events(id); });
-    }
+    deliver_events(*c);
   }
 }
 

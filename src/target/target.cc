@@ -633,17 +633,21 @@ std::vector<std::string> Target::reload_ana(const TargetConfig& config) {
   return out;
 }
 
+void Target::deliver_events(Controller& c) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (auto& ref : c.queues) {
+    if (ref.qid != 0 || !ref.ctx) continue;
+    ReactorContext* ctx = ref.ctx;
+    uint64_t id = ref.conn_id;
+    ctx->reactor.post([ctx, id] { ctx->deliver_events(id); });
+  }
+}
+
 void Target::notify_ana_change(AnaPort* port) {
   for (auto& c : registry_.controllers()) {
     if (c->ana != port) continue;
     c->ana_event_pending = true;
-    std::lock_guard<std::mutex> lock(c->mu);
-    for (auto& ref : c->queues) {
-      if (ref.qid != 0 || !ref.ctx) continue;
-      ReactorContext* ctx = ref.ctx;
-      uint64_t id = ref.conn_id;
-      ctx->reactor.post([ctx, id] { ctx->deliver_events(id); });
-    }
+    deliver_events(*c);
   }
 }
 

@@ -240,6 +240,8 @@ class Target {
   };
   std::vector<Draining> draining_;
   void notify_namespace_changed(Subsystem* sub, uint32_t nsid);
+  // Asks `c`'s admin queue, on its reactor, to complete an AER with what is pending.
+  void deliver_events(Controller& c);
   void disconnect_where(const std::function<bool(const Controller&)>& match);
   // Waits for the requests holding `ns` (up to `drain`); true when none is left.
   bool drain_namespace(Namespace* ns, Nanos drain);
