@@ -34,6 +34,15 @@ std::string ns_name(const std::string& nqn, uint32_t nsid) {
   return "namespace " + std::to_string(nsid) + " of " + nqn;
 }
 
+// The nsid a subsystem's spec gets: its nsid=N, or the one after `previous` (the nsid of the
+// spec before it), as Registry::add_subsystem and validate() number them.
+uint32_t spec_nsid(const std::string& spec, uint32_t previous) {
+  NamespaceOptions o;
+  std::string e;
+  parse_namespace_options(spec, &o, &e);
+  return o.nsid ? o.nsid : previous + 1;
+}
+
 // `spec` with nsid=N, so that a saved configuration keeps the nsid however many namespaces
 // before it were removed.
 std::string spec_with_nsid(const std::string& spec, uint32_t nsid) {
@@ -232,12 +241,8 @@ std::string Target::remove_namespace(const std::string& nqn, uint32_t nsid, Nano
   std::vector<std::string> kept;
   uint32_t next = 0;
   for (auto& spec : sc->namespaces) {
-    NamespaceOptions o;
-    std::string e;
-    parse_namespace_options(spec, &o, &e);
-    uint32_t id = o.nsid ? o.nsid : next + 1;
-    next = id;
-    if (id != nsid) kept.push_back(spec_with_nsid(spec, id));
+    next = spec_nsid(spec, next);
+    if (next != nsid) kept.push_back(spec_with_nsid(spec, next));
   }
   if (auto error = retire_namespace(sub, nsid, drain, note); !error.empty()) return error;
   sc->namespaces = std::move(kept);
@@ -412,10 +417,7 @@ std::string Target::set_namespace_ana_group(const std::string& nqn, uint32_t nsi
   // The saved spec says it too.
   uint32_t next = 0;
   for (auto& spec : sc->namespaces) {
-    NamespaceOptions o;
-    std::string e;
-    parse_namespace_options(spec, &o, &e);
-    next = o.nsid ? o.nsid : next + 1;
+    next = spec_nsid(spec, next);
     if (next != nsid) continue;
     std::string kept;
     size_t start = 0;
@@ -484,10 +486,7 @@ std::map<uint32_t, std::string> by_nsid(const SubsystemConfig& sc) {
   std::map<uint32_t, std::string> out;
   uint32_t next = 0;
   for (auto& spec : sc.namespaces) {
-    NamespaceOptions o;
-    std::string e;
-    parse_namespace_options(spec, &o, &e);
-    next = o.nsid ? o.nsid : next + 1;
+    next = spec_nsid(spec, next);
     out[next] = spec;
   }
   return out;

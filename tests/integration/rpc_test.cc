@@ -168,6 +168,22 @@ TEST(Rpc, HelpListsEveryMethodAndEachMethodItsParameters) {
   EXPECT_EQ(r.code, 2);
 }
 
+// A socket path given with --rpc must be usable: one in a missing directory, or one a running
+// target answers on, stops the start with the reason (exit 1).
+TEST(Rpc, AGivenSocketPathMustBeFree) {
+  RpcTarget t;
+  ASSERT_EQ(t.start(), "");
+  for (const std::string& path : {std::string("/nonexistent/dir/s.sock"), t.sock}) {
+    RunResult r =
+        run_command({SENS_BINARY, "target", "--listen", "127.0.0.1:" + std::to_string(free_port()),
+                     "--discovery-port", "0", "--rpc", path},
+                    10000);
+    EXPECT_EQ(r.code, 1) << path << ": " << r.err;
+    EXPECT_NE(r.err.find("RPC socket " + path), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(t.ok({"log_get_level"}), "info");  // the first target still serves
+}
+
 TEST(Rpc, HotAddIoRemoveWithTheHostConnected) {
   RpcTarget t;
   ASSERT_EQ(t.start(), "");
