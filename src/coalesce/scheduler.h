@@ -50,6 +50,7 @@ struct Config {
   uint32_t ctrl_pdus = 4;            // c2 (--ctrl-pdus)
   Nanos ctrl_timeout = 10 * kMicro;  // Tc (--ctrl-timeout-us)
   uint32_t bytes = 64 * 1024;        // byte cap (--pg-bytes)
+  bool operator==(const Config&) const = default;
 };
 
 inline constexpr Nanos kNoDeadline = INT64_MAX;

@@ -145,7 +145,9 @@ std::vector<MethodSpec> make_specs() {
         {"timeout_us", P::kInt, false, "T: the group's timer, microseconds"},
         {"ctrl_pdus", P::kInt, false, "c2: R2T PDUs that flush at once"},
         {"ctrl_timeout_us", P::kInt, false, "Tc: the R2T timer, microseconds"},
-        {"bytes", P::kInt, false, "the byte cap of a group"}}},
+        {"bytes", P::kInt, false, "the byte cap of a group"},
+        {"inherit", P::kBool, false,
+         "with nqn: the subsystem follows the target's settings again"}}},
       {"stats_get", "The counters, as --stats-json writes them.", "sens rpc stats_get", {}},
       {"stats_reset",
        "Zeroes the counters (coalescing, receive, reactor, authentication, the Prometheus "
@@ -161,10 +163,21 @@ std::vector<MethodSpec> make_specs() {
       {"save_config",
        "The configuration as changed so far, in the JSON that --config reads; written to a file "
        "(mode 0600) when a path is given.",
-       "sens rpc save_config --path /etc/sens/target.json --secrets inline",
+       "sens rpc save_config --path /etc/sens/target.json --secrets files",
        {{"path", P::kString, false, "write it here (atomically: a temporary file, then rename)"},
         {"secrets", P::kString, false,
-         "redact (default: keys as \"(secret)\", which --config refuses) or inline"}}},
+         "redact (default: keys as \"(secret)\", which --config refuses; keys read from a "
+         "file stay that file), inline, or files (each key in its own 0600 file, the config "
+         "naming it)"},
+        {"secrets_dir", P::kString, false,
+         "files: the directory for the key files (default: keys/ beside path)"}}},
+      {"load_config",
+       "Applies a configuration file (sens's JSON or nvmetcli's) to the running target through "
+       "the live changes, as SIGHUP does with --config; keys the file leaves out keep their "
+       "running values. Answers each change made or refused, and what the file could not "
+       "carry.",
+       "sens rpc load_config --path /etc/nvmet/config.json",
+       {{"path", P::kString, true, "the file"}}},
   };
 }
 

@@ -1,12 +1,10 @@
 #include "mgmt/target_methods.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/files.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "mgmt/rpc_server.h"
@@ -115,30 +113,8 @@ const char* level_name(LogLevel l) {
   return "?";
 }
 
-// Writes `text` to `path` with mode 0600: a temporary file beside it, then rename, so a
-// reader never sees half a configuration.
 void write_private(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw RpcError{kRefused, tmp + ": " + std::strerror(errno)};
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw RpcError{kRefused, tmp + ": " + std::strerror(err)};
-    }
-    off += size_t(n);
-  }
-  bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    throw RpcError{kRefused, path + ": " + std::strerror(err)};
-  }
+  if (auto error = write_private_file(path, text); !error.empty()) throw RpcError{kRefused, error};
 }
 
 }  // namespace
@@ -325,6 +301,12 @@ std::map<std::string, Handler> target_handlers(Target& t) {
   };
   h["coalescing_set"] = [&t](const json& p) {
     std::string nqn = str(p, "nqn"), error;
+    if (p.contains("inherit") && p["inherit"].get<bool>()) {
+      if (nqn.empty()) throw RpcError{kInvalidParams, "inherit needs nqn (the subsystem)"};
+      if (p.size() > 2) throw RpcError{kInvalidParams, "inherit takes no other setting"};
+      check(t.clear_coalescing(nqn));
+      return coalescing_json(t.coalescing(nqn, &error));
+    }
     coalesce::Config c = t.coalescing(nqn, &error);
     check(error);
     if (p.contains("policy") && !coalesce::parse_policy(str(p, "policy"), &c.policy))
@@ -371,15 +353,44 @@ std::map<std::string, Handler> target_handlers(Target& t) {
     throw RpcError{kInvalidParams, "level '" + name + "': error, warn, info or debug"};
   };
   h["save_config"] = [&t](const json& p) {
-    std::string secrets = str(p, "secrets", "redact");
-    if (secrets != "redact" && secrets != "inline")
-      throw RpcError{kInvalidParams, "secrets '" + secrets + "': redact or inline"};
-    std::string text = target::to_json_text(t.live_config(), secrets == "inline");
-    if (!p.contains("path")) return json::parse(text);
-    std::string path = str(p, "path");
+    std::string secrets = str(p, "secrets", "redact"), path = str(p, "path");
+    if (secrets != "redact" && secrets != "inline" && secrets != "files")
+      throw RpcError{kInvalidParams, "secrets '" + secrets + "': redact, inline or files"};
+    target::TargetConfig config = t.live_config();
+    std::string dir = str(p, "secrets_dir");
+    if (secrets == "files") {
+      if (dir.empty() && path.find('/') != std::string::npos)
+        dir = path.substr(0, path.rfind('/')) + "/keys";  // beside the config
+      if (dir.empty() || dir[0] != '/')
+        throw RpcError{kInvalidParams,
+                       "secrets files: secrets_dir (an absolute path) or an absolute path"};
+      check(target::secrets_to_files(config, dir));
+    } else if (p.contains("secrets_dir")) {
+      throw RpcError{kInvalidParams, "secrets_dir goes with secrets files"};
+    }
+    std::string text = target::to_json_text(config, secrets == "inline");
+    if (path.empty()) return json::parse(text);
     write_private(path, text + "\n");
-    LOG_INFO("configuration saved to %s", path.c_str());
+    LOG_INFO("configuration saved to %s%s", path.c_str(),
+             secrets == "files" ? (" (keys in " + dir + ")").c_str() : "");
     return json{{"path", path}};
+  };
+  h["load_config"] = [&t](const json& p) {
+    // The file (sens's or nvmetcli's) over the running configuration: what it names is
+    // applied through the live changes; keys it leaves out keep their running values.
+    std::string path = str(p, "path"), error;
+    target::TargetConfig fresh = t.live_config();
+    std::vector<std::string> warnings;
+    if (!target::load_json(path, &fresh, &error, &warnings)) throw RpcError{kRefused, error};
+    target::apply_defaults(fresh);
+    if (auto why = target::validate(fresh, &warnings); !why.empty())
+      throw RpcError{kRefused, path + ": " + why};
+    json changes = json::array();
+    for (auto& line : t.apply_config(fresh)) {
+      LOG_INFO("load_config %s: %s", path.c_str(), line.c_str());
+      changes.push_back(line);
+    }
+    return json{{"changes", changes}, {"warnings", warnings}};
   };
   return h;
 }

@@ -84,7 +84,9 @@ void identify(CommandQueue& q, Request& r) {
       id.mdts = uint8_t(__builtin_ctz(cfg.max_io) - 12);  // in units of CAP.MPSMIN (4 KiB)
       id.cntlid = q.controller()->cntlid;
       id.ver = kNvmeVersion;
-      id.oaes = (1u << 8) | (sub->discovery ? 0 : 1u << 11);  // ns attribute, ANA change
+      // Namespace Attribute and ANA Change notices; a discovery controller: Discovery Log
+      // Page Change.
+      id.oaes = sub->discovery ? 1u << 31 : (1u << 8) | (1u << 11);
       if (!sub->discovery) {
         id.anatt = 10;  // seconds a group may stay in the change state
         // optimized, non-optimized, inaccessible, persistent loss, change; ANAGRPID may
@@ -298,6 +300,7 @@ void get_log_page(CommandQueue& q, Request& r) {
     case nvme::log_page::kDiscovery:
       if (!q.subsystem()->discovery) return q.complete(r, st::kInvalidLogPage);
       page_len = discovery_log(q, r.buf, room);
+      if (!(r.sqe.cdw10 & (1u << 15)) && ctrl.disc_event_masked.exchange(false)) q.deliver_events();
       break;
     default:
       return q.complete(r, st::kInvalidLogPage);

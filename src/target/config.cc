@@ -3,8 +3,6 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "auth/dhchap.h"
@@ -12,11 +10,8 @@
 #include "storage/device.h"
 #include "target/names.h"
 #include "target/ns_options.h"
-#include "target/nvmet_config.h"
 
 namespace sens::target {
-
-using nlohmann::json;
 
 void apply_defaults(TargetConfig& c) {
   if (c.listen.empty()) c.listen.push_back({"127.0.0.1", 4420});
@@ -319,6 +314,14 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
     return "--ctrl-pdus must be in 1..1024";
   if (c.coalesce.bytes < 512) return "--pg-bytes must be at least 512";
   if (c.coalesce.timeout < 0 || c.coalesce.ctrl_timeout < 0) return "timeouts must be >= 0";
+  for (auto& s : c.subsystems) {
+    if (!s.coalesce) continue;
+    const auto& o = *s.coalesce;
+    std::string where = "subsystem " + s.nqn + ": coalesce ";
+    if (o.pdus < 1 || o.pdus > 1024) return where + "pg_pdus must be in 1..1024";
+    if (o.ctrl_pdus < 1 || o.ctrl_pdus > 1024) return where + "ctrl_pdus must be in 1..1024";
+    if (o.bytes < 512) return where + "pg_bytes must be at least 512";
+  }
   std::set<std::pair<std::string, uint16_t>> seen;
   for (auto& l : c.listen)
     if (!seen.insert({l.host, l.port}).second)
@@ -327,320 +330,6 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
     if (c.discovery_port && l.port == c.discovery_port)
       return "port " + std::to_string(l.port) + " is both an I/O and the discovery port";
   return "";
-}
-
-namespace {
-
-// Reads an unsigned number or a size string ("128k") from a JSON value.
-bool json_size(const json& v, const std::string& key, uint64_t* out, std::string* error) {
-  if (v.is_number_unsigned()) {
-    *out = v.get<uint64_t>();
-    return true;
-  }
-  if (v.is_string()) {
-    if (auto s = parse_size(v.get<std::string>())) {
-      *out = *s;
-      return true;
-    }
-  }
-  *error = "config key '" + key + "': expected a non-negative number or a size like \"128k\"";
-  return false;
-}
-
-bool json_strings(const json& v, const std::string& key, std::vector<std::string>* out,
-                  std::string* error) {
-  if (!v.is_array()) {
-    *error = "config key '" + key + "': expected an array of strings";
-    return false;
-  }
-  out->clear();
-  for (auto& e : v) {
-    if (!e.is_string()) {
-      *error = "config key '" + key + "': expected an array of strings";
-      return false;
-    }
-    out->push_back(e.get<std::string>());
-  }
-  return true;
-}
-
-}  // namespace
-
-bool load_json(const std::string& path, TargetConfig* c, std::string* error,
-               std::vector<std::string>* warnings) {
-  std::ifstream in(path);
-  if (!in) {
-    *error = "cannot open config file '" + path + "'";
-    return false;
-  }
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    *error = "config file '" + path + "': " + e.what();
-    return false;
-  }
-  if (!j.is_object()) {
-    *error = "config file '" + path + "': expected a JSON object";
-    return false;
-  }
-  if (std::vector<std::string> scratch; is_nvmetcli_json(j)) {
-    if (load_nvmetcli(j, c, warnings ? warnings : &scratch, error)) return true;
-    return *error = "config file '" + path + "' (nvmetcli's format): " + *error, false;
-  }
-  for (auto& [key, v] : j.items()) {
-    uint64_t n = 0;
-    if (key == "listen") {
-      std::vector<std::string> items;
-      if (!json_strings(v, key, &items, error)) return false;
-      c->listen.clear();
-      for (auto& s : items) {
-        ListenAddress a;
-        if (!parse_listen(s, &a, error)) return false;
-        c->listen.push_back(a);
-      }
-    } else if (key == "discovery_port") {
-      if (!v.is_number_unsigned() || v.get<uint64_t>() > 65535) {
-        *error = "config key 'discovery_port': expected 0..65535";
-        return false;
-      }
-      c->discovery_port = uint16_t(v.get<uint64_t>());
-    } else if (key == "cntlid_min" || key == "cntlid_max") {
-      if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > 0xFFEF) {
-        *error = "config key '" + key + "': expected 1..65519";
-        return false;
-      }
-      (key == "cntlid_min" ? c->cntlid_min : c->cntlid_max) = uint16_t(v.get<uint64_t>());
-    } else if (key == "subsystems") {
-      if (!v.is_array()) {
-        *error = "config key 'subsystems': expected an array of objects";
-        return false;
-      }
-      c->subsystems.clear();
-      for (auto& s : v) {
-        if (!s.is_object()) {
-          *error = "config key 'subsystems': expected an array of objects";
-          return false;
-        }
-        SubsystemConfig sc;
-        for (auto& [k2, v2] : s.items()) {
-          if (k2 == "nqn" || k2 == "serial") {
-            if (!v2.is_string()) {
-              *error = "subsystem key '" + k2 + "': expected a string";
-              return false;
-            }
-            (k2 == "nqn" ? sc.nqn : sc.serial) = v2.get<std::string>();
-          } else if (k2 == "namespaces") {
-            if (!json_strings(v2, "namespaces", &sc.namespaces, error)) return false;
-          } else if (k2 == "allowed_hosts") {
-            if (!json_strings(v2, "allowed_hosts", &sc.allowed_hosts, error)) return false;
-          } else if (k2 == "allow_any_host") {
-            if (!v2.is_boolean()) {
-              *error = "subsystem key 'allow_any_host': expected true or false";
-              return false;
-            }
-            sc.allow_any_host = v2.get<bool>();
-          } else if (k2 == "host_keys" || k2 == "ctrl_keys") {
-            if (!v2.is_object()) {
-              *error = "subsystem key '" + k2 + "': expected {\"host NQN\": \"DHHC-1:...\"}";
-              return false;
-            }
-            auto& keys = k2 == "host_keys" ? sc.host_keys : sc.ctrl_keys;
-            for (auto& [host, secret] : v2.items()) {
-              if (!secret.is_string()) {
-                *error = "subsystem key '" + k2 + "', host '" + host + "': expected a string";
-                return false;
-              }
-              keys.push_back({host, secret.get<std::string>()});
-            }
-          } else if (k2 == "dhchap_hashes" || k2 == "dhchap_dhgroups") {
-            std::vector<std::string> items;
-            if (!json_strings(v2, k2, &items, error)) return false;
-            std::string joined, why;
-            for (auto& i : items) joined += (joined.empty() ? "" : ",") + i;
-            bool ok = k2 == "dhchap_hashes" ? parse_hash_list(joined, &sc.dhchap_hashes, &why)
-                                            : parse_dhgroup_list(joined, &sc.dhchap_dhgroups, &why);
-            if (!ok || items.empty()) {
-              *error = "subsystem key '" + k2 + "': " + (items.empty() ? "empty list" : why);
-              return false;
-            }
-          } else {
-            *error = "unknown subsystem key '" + k2 +
-                     "' (nqn, namespaces, allowed_hosts, allow_any_host, host_keys, ctrl_keys, "
-                     "dhchap_hashes, dhchap_dhgroups, serial)";
-            return false;
-          }
-        }
-        c->subsystems.push_back(sc);
-      }
-    } else if (key == "inline_data" || key == "max_h2c_data" || key == "max_io" ||
-               key == "queue_size" || key == "max_io_queues" || key == "cores" ||
-               key == "poll_max_us" || key == "sock_buf" || key == "max_connections") {
-      if (!json_size(v, key, &n, error)) return false;
-      if (n > UINT32_MAX) {
-        *error = "config key '" + key + "': too large";
-        return false;
-      }
-      if (key == "inline_data")
-        c->inline_data = uint32_t(n);
-      else if (key == "max_h2c_data")
-        c->max_h2c_data = uint32_t(n);
-      else if (key == "max_io")
-        c->max_io = uint32_t(n);
-      else if (key == "queue_size")
-        c->queue_size = uint32_t(n);
-      else if (key == "max_io_queues")
-        c->max_io_queues = uint32_t(n);
-      else if (key == "cores")
-        c->cores = int(n);
-      else if (key == "sock_buf")
-        c->sock_buf = uint32_t(n);
-      else if (key == "max_connections")
-        c->max_connections = uint32_t(n);
-      else
-        c->poll_max_us = n;
-    } else if (key == "poll") {
-      if (!v.is_string() || !parse_poll_mode(v.get<std::string>(), &c->poll)) {
-        *error = "config key 'poll': expected \"off\", \"adaptive\" or \"always\"";
-        return false;
-      }
-    } else if (key == "buffer_pool") {
-      if (!json_size(v, key, &n, error)) return false;
-      c->buffer_pool = n;
-    } else if (key == "receive_budget") {
-      if (!json_size(v, key, &n, error)) return false;
-      c->receive_budget = n;
-    } else if (key == "buffers") {
-      if (!v.is_string() || !buffers::parse_layout(v.get<std::string>(), &c->buffers)) {
-        *error = "config key 'buffers': expected \"naive\" or \"tyche\"";
-        return false;
-      }
-    } else if (key == "coalesce") {
-      if (!v.is_object()) {
-        *error = "config key 'coalesce': expected an object";
-        return false;
-      }
-      for (auto& [k2, v2] : v.items()) {
-        if (k2 == "policy") {
-          if (!v2.is_string() ||
-              !coalesce::parse_policy(v2.get<std::string>(), &c->coalesce.policy)) {
-            *error =
-                "coalesce key 'policy': expected \"off\", \"eager\", \"uniform\", "
-                "\"semantic\" or \"adaptive\"";
-            return false;
-          }
-          continue;
-        }
-        if (!json_size(v2, "coalesce." + k2, &n, error)) return false;
-        if (k2 == "pg_pdus")
-          c->coalesce.pdus = uint32_t(n);
-        else if (k2 == "pg_timeout_us")
-          c->coalesce.timeout = Nanos(n) * kMicro;
-        else if (k2 == "ctrl_pdus")
-          c->coalesce.ctrl_pdus = uint32_t(n);
-        else if (k2 == "ctrl_timeout_us")
-          c->coalesce.ctrl_timeout = Nanos(n) * kMicro;
-        else if (k2 == "pg_bytes")
-          c->coalesce.bytes = uint32_t(n);
-        else {
-          *error = "unknown coalesce key '" + k2 +
-                   "' (policy, pg_pdus, pg_timeout_us, ctrl_pdus, ctrl_timeout_us, pg_bytes)";
-          return false;
-        }
-      }
-    } else if (key == "dhchap_hashes" || key == "dhchap_dhgroups") {
-      std::vector<std::string> items;
-      if (!json_strings(v, key, &items, error)) return false;
-      std::string joined;
-      for (auto& i : items) joined += (joined.empty() ? "" : ",") + i;
-      std::string why;
-      bool ok = key == "dhchap_hashes" ? parse_hash_list(joined, &c->dhchap_hashes, &why)
-                                       : parse_dhgroup_list(joined, &c->dhchap_dhgroups, &why);
-      if (!ok || items.empty()) {
-        *error = "config key '" + key + "': " + (items.empty() ? "empty list" : why);
-        return false;
-      }
-    } else if (key == "tls_listen") {
-      std::vector<std::string> items;
-      if (!json_strings(v, key, &items, error)) return false;
-      c->tls_listen.clear();
-      for (auto& s : items) {
-        ListenAddress a;
-        if (!parse_listen(s, &a, error)) return false;
-        c->tls_listen.push_back(a);
-      }
-    } else if (key == "tls_psk_file" || key == "stats_json" || key == "metrics") {
-      if (!v.is_string()) {
-        *error =
-            "config key '" + key + "': expected " + (key == "metrics" ? "ADDR:PORT" : "a path");
-        return false;
-      }
-      (key == "metrics"      ? c->metrics
-       : key == "stats_json" ? c->stats_json
-                             : c->tls_psk_file) = v.get<std::string>();
-    } else if (key == "strict_nqn") {
-      if (!v.is_boolean()) return *error = "config key 'strict_nqn': expected true or false", false;
-      c->strict_nqn = v.get<bool>();
-    } else {
-      *error = "unknown config key '" + key + "'";
-      return false;
-    }
-  }
-  return true;
-}
-
-std::string to_json_text(const TargetConfig& c, bool with_secrets) {
-  json j;
-  j["listen"] = json::array();
-  for (auto& l : c.listen) j["listen"].push_back(listen_text(l));
-  j["discovery_port"] = c.discovery_port;
-  if (!c.tls_listen.empty()) {
-    j["tls_listen"] = json::array();
-    for (auto& l : c.tls_listen) j["tls_listen"].push_back(listen_text(l));
-    j["tls_psk_file"] = c.tls_psk_file;
-  }
-  j["subsystems"] = json::array();
-  for (auto& s : c.subsystems) {
-    json sub = {{"nqn", s.nqn}, {"namespaces", s.namespaces}, {"allowed_hosts", s.allowed_hosts}};
-    if (!s.allow_any_host) sub["allow_any_host"] = false;
-    // The dump names which hosts have keys; the keys only when asked (save_config).
-    for (auto* keys : {&s.host_keys, &s.ctrl_keys})
-      for (auto& [host, secret] : *keys)
-        sub[keys == &s.host_keys ? "host_keys" : "ctrl_keys"][host] =
-            with_secrets ? secret : "(secret)";
-    for (uint8_t h : s.dhchap_hashes) sub["dhchap_hashes"].push_back(auth::hash_name(h));
-    for (uint8_t g : s.dhchap_dhgroups) sub["dhchap_dhgroups"].push_back(auth::dh_group_name(g));
-    if (!s.serial.empty()) sub["serial"] = s.serial;
-    j["subsystems"].push_back(sub);
-  }
-  std::vector<std::string> hashes, groups;
-  for (uint8_t h : c.dhchap_hashes) hashes.push_back(auth::hash_name(h));
-  for (uint8_t g : c.dhchap_dhgroups) groups.push_back(auth::dh_group_name(g));
-  j["dhchap_hashes"] = hashes;
-  j["dhchap_dhgroups"] = groups;
-  j["inline_data"] = c.inline_data;
-  j["max_h2c_data"] = c.max_h2c_data;
-  j["max_io"] = c.max_io;
-  j["queue_size"] = c.queue_size;
-  j["max_io_queues"] = c.max_io_queues;
-  j["cntlid_min"] = c.cntlid_min;
-  j["cntlid_max"] = c.cntlid_max;
-  j["cores"] = c.cores;
-  j["poll"] = poll_mode_name(c.poll);
-  j["poll_max_us"] = c.poll_max_us;
-  j["sock_buf"] = c.sock_buf;
-  j["max_connections"] = c.max_connections;
-  j["buffer_pool"] = c.buffer_pool;
-  j["buffers"] = buffers::layout_name(c.buffers);
-  j["receive_budget"] = c.receive_budget;
-  j["coalesce"] = {
-      {"policy", coalesce::policy_name(c.coalesce.policy)},  {"pg_pdus", c.coalesce.pdus},
-      {"pg_timeout_us", c.coalesce.timeout / kMicro},        {"ctrl_pdus", c.coalesce.ctrl_pdus},
-      {"ctrl_timeout_us", c.coalesce.ctrl_timeout / kMicro}, {"pg_bytes", c.coalesce.bytes}};
-  if (!c.stats_json.empty()) j["stats_json"] = c.stats_json;
-  if (c.strict_nqn) j["strict_nqn"] = true;
-  if (!c.metrics.empty()) j["metrics"] = c.metrics;
-  return j.dump(2);
 }
 
 }  // namespace sens::target

@@ -1,6 +1,8 @@
 #pragma once
 // What a target serves and how: from the command line or a JSON file (same keys).
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,10 +22,16 @@ struct SubsystemConfig {
   // authenticate, and is on the allow-list. ctrl_keys: the controller's key for that host
   // (bidirectional authentication, when the host asks for it).
   std::vector<std::pair<std::string, std::string>> host_keys, ctrl_keys;
+  // host NQN -> the file a key was read from (config {"file": PATH}; save_config "files"):
+  // saved as that reference, and re-read by SIGHUP (a key rotated in its file).
+  std::map<std::string, std::string> host_key_files, ctrl_key_files;
   // Overrides of the target's dhchap_hashes / dhchap_dhgroups for this subsystem (empty: the
   // target's).
   std::vector<uint8_t> dhchap_hashes, dhchap_dhgroups;
   std::string serial;  // Identify Controller SN (1..20 ASCII); empty: derived from the NQN
+  // This subsystem's own coalescing (coalescing_set --nqn, or "coalesce" in its JSON object:
+  // the target's settings with the keys given there replaced); none: the target's.
+  std::optional<coalesce::Config> coalesce;
 };
 
 // ANA (Asymmetric Namespace Access) states, as the ANA log page codes them (NVMe Base 2.0
@@ -109,9 +117,13 @@ bool load_json(const std::string& path, TargetConfig* config, std::string* error
                std::vector<std::string>* warnings = nullptr);
 // "ADDR:PORT[,ana=...]" as parse_listen() reads it back.
 std::string listen_text(const ListenAddress& l);
-// The effective configuration as JSON (printed by --dump-config).
-// Secrets appear as "(secret)" unless `with_secrets` (save_config's "inline").
+// The effective configuration as JSON (printed by --dump-config, written by save_config).
+// A key read from a file is written as {"file": PATH}; other secrets as "(secret)" unless
+// `with_secrets` (save_config's "inline").
 std::string to_json_text(const TargetConfig& config, bool with_secrets = false);
+// save_config's "files": writes every key not already in a file to DIR/<subsystem>.<host>.
+// {host,ctrl}.key (mode 0600; DIR is created 0700) and points the config at it. "" or why not.
+std::string secrets_to_files(TargetConfig& config, const std::string& dir);
 
 // No "ns:" anywhere in it: SPDK's tools look for that key in the whole transport ID string.
 inline constexpr const char* kDefaultNqn = "nqn.2026-11.io.sens-target:ram0";

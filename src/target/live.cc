@@ -166,7 +166,7 @@ std::string Target::create_subsystem(const SubsystemConfig& sc) {
   if (auto error = validate(candidate); !error.empty()) return error;
   if (auto error = registry_.add_subsystem(sc); !error.empty()) return error;
   live_ = std::move(candidate);
-  registry_.discovery_changed();
+  discovery_changed();
   LOG_INFO("subsystem %s created (%zu namespace(s))", sc.nqn.c_str(), sc.namespaces.size());
   return "";
 }
@@ -186,7 +186,7 @@ std::string Target::delete_subsystem(const std::string& nqn) {
   subs.erase(std::remove_if(subs.begin(), subs.end(),
                             [&](const SubsystemConfig& s) { return s.nqn == nqn; }),
              subs.end());
-  registry_.discovery_changed();
+  discovery_changed();
   LOG_INFO("subsystem %s deleted", nqn.c_str());
   return "";
 }
@@ -274,7 +274,8 @@ std::string Target::resize_namespace(const std::string& nqn, uint32_t nsid, uint
 // ---------------------------------------------------------------------------- hosts
 
 std::string Target::allow_host(const std::string& nqn, const std::string& host,
-                               const std::string& host_key, const std::string& ctrl_key) {
+                               const std::string& host_key, const std::string& ctrl_key,
+                               const std::string& key_file, const std::string& ctrl_key_file) {
   std::lock_guard<std::mutex> lock(registry_.management_mutex());
   Subsystem* sub = registry_.find(nqn);
   SubsystemConfig* sc = find_config(live_, nqn);
@@ -298,6 +299,10 @@ std::string Target::allow_host(const std::string& nqn, const std::string& host,
     drop(next.ctrl_keys);
     next.host_keys.push_back({host, host_key});
     if (!ctrl_key.empty()) next.ctrl_keys.push_back({host, ctrl_key});
+    next.host_key_files.erase(host);
+    next.ctrl_key_files.erase(host);
+    if (!key_file.empty()) next.host_key_files[host] = key_file;
+    if (!ctrl_key_file.empty()) next.ctrl_key_files[host] = ctrl_key_file;
   }
   next.allow_any_host = false;
   TargetConfig candidate = live_;
@@ -311,7 +316,7 @@ std::string Target::allow_host(const std::string& nqn, const std::string& host,
   sub->set_hosts(next.allowed_hosts, std::move(keys));
   sub->set_allow_any_host(false);
   live_ = std::move(candidate);
-  registry_.discovery_changed();
+  discovery_changed();
   LOG_INFO("%s: host %s allowed%s", nqn.c_str(), host.c_str(),
            auth ? (ctrl_key.empty() ? " (DH-HMAC-CHAP key set)" : " (DH-HMAC-CHAP keys set)") : "");
   return "";
@@ -338,8 +343,10 @@ std::string Target::disallow_host(const std::string& nqn, const std::string& hos
   sc->allowed_hosts = allowed;
   drop(sc->host_keys);
   drop(sc->ctrl_keys);
+  sc->host_key_files.erase(host);
+  sc->ctrl_key_files.erase(host);
   sc->allow_any_host = false;
-  registry_.discovery_changed();
+  discovery_changed();
   LOG_INFO("%s: host %s disallowed; its controllers disconnected", nqn.c_str(), host.c_str());
   return "";
 }
@@ -353,7 +360,7 @@ std::string Target::set_allow_any_host(const std::string& nqn, bool allow) {
     return nqn + " has hosts with DH-HMAC-CHAP keys: any host would get in without one";
   sub->set_allow_any_host(allow);
   sc->allow_any_host = allow;
-  registry_.discovery_changed();
+  discovery_changed();
   if (!allow)  // hosts connected that are not on the list go
     disconnect_where(
         [&](const Controller& c) { return c.subsystem == sub && !sub->host_allowed(c.hostnqn); });
@@ -380,26 +387,72 @@ std::string Target::add_listener(const ListenAddress& addr, bool tls, Bound* add
       return addr.host + ":" + std::to_string(addr.port) + " is a listener already";
   // Its ANA view first (a host may connect the moment it listens); kept if the open fails.
   AnaPort* ana = registry_.add_ana_port(addr);
-  if (auto error = open_io_listener(addr, tls, ana, added); !error.empty()) return error;
+  if (auto error = open_live_listener(addr, false, tls, ana, added); !error.empty()) return error;
   ListenAddress saved = addr;
   saved.port = added->port;
   (tls ? live_.tls_listen : live_.listen).push_back(saved);
-  registry_.discovery_changed();
   LOG_INFO("listening on %s:%u (I/O%s), added live", added->host.c_str(), added->port,
            tls ? ", TLS 1.3" : "");
+  open_discovery_for(addr.host);
+  discovery_changed();
   return "";
+}
+
+// A host that learns of the new address (a referral, its own configuration) finds discovery
+// there as on the start's addresses: the same port, when the target has one.
+void Target::open_discovery_for(const std::string& host) {
+  uint16_t port = config_.discovery_port;
+  if (!port) return;
+  bool v6 = host.find(':') != std::string::npos;
+  for (auto& b : bound()) {
+    if (!b.discovery) continue;
+    // (a wildcard of the same family covers the address; binding it would fail anyway)
+    if (b.host == host || (is_wildcard(b.host) && (b.host.find(':') != std::string::npos) == v6))
+      return;
+  }
+  Bound opened;
+  if (auto error = open_live_listener({host, port}, true, false, nullptr, &opened);
+      !error.empty()) {
+    LOG_WARN("no discovery on %s: %s", host.c_str(), error.c_str());
+    return;
+  }
+  live_discovery_hosts_.push_back(host);
+  LOG_INFO("listening on %s:%u (discovery), added live", host.c_str(), port);
+}
+
+void Target::close_discovery_if_unused(const std::string& host) {
+  auto it = std::find(live_discovery_hosts_.begin(), live_discovery_hosts_.end(), host);
+  if (it == live_discovery_hosts_.end()) return;  // the start's: they stay
+  for (auto& b : bound())
+    if (!b.discovery && b.host == host) return;  // still an I/O address
+  live_discovery_hosts_.erase(it);
+  if (close_live_listener(host, config_.discovery_port, true))
+    LOG_INFO("discovery listener %s:%u removed (no I/O listener left there)", host.c_str(),
+             config_.discovery_port);
+}
+
+void Target::discovery_changed() {
+  registry_.discovery_changed();
+  // Discovery Log Page Change notices for the discovery controllers connected (a Linux host's
+  // persistent discovery connection runs `nvme connect-all` on it).
+  for (auto& c : registry_.controllers()) {
+    if (!c->subsystem || !c->subsystem->discovery) continue;
+    c->disc_event_pending = true;
+    deliver_events(*c);
+  }
 }
 
 std::string Target::remove_listener(const std::string& host, uint16_t port) {
   std::lock_guard<std::mutex> lock(registry_.management_mutex());
-  if (!close_io_listener(host, port))
+  if (!close_live_listener(host, port, false))
     return "no I/O listener " + host + ":" + std::to_string(port) + " (listener_list shows them)";
+  close_discovery_if_unused(host);
   for (auto* list : {&live_.listen, &live_.tls_listen})
     list->erase(
         std::remove_if(list->begin(), list->end(),
                        [&](const ListenAddress& l) { return l.host == host && l.port == port; }),
         list->end());
-  registry_.discovery_changed();
+  discovery_changed();
   LOG_INFO("listener %s:%u removed (its connections stay)", host.c_str(), port);
   return "";
 }
@@ -458,8 +511,10 @@ std::string Target::set_coalescing(const std::string& nqn, const coalesce::Confi
   Subsystem* sub = nullptr;
   if (!nqn.empty()) {
     sub = registry_.find(nqn);
-    if (!sub || sub->discovery) return "no subsystem '" + nqn + "'";
+    SubsystemConfig* sc = find_config(live_, nqn);
+    if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
     sub->set_coalescing(config);
+    sc->coalesce = config;  // (saved by save_config)
   } else {
     live_.coalesce = config;
   }
@@ -468,6 +523,19 @@ std::string Target::set_coalescing(const std::string& nqn, const coalesce::Confi
            nqn.empty() ? "every subsystem" : nqn.c_str(), coalesce::policy_name(config.policy),
            config.pdus, static_cast<long long>(config.timeout / kMicro), config.ctrl_pdus,
            static_cast<long long>(config.ctrl_timeout / kMicro));
+  return "";
+}
+
+std::string Target::clear_coalescing(const std::string& nqn) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  Subsystem* sub = registry_.find(nqn);
+  SubsystemConfig* sc = find_config(live_, nqn);
+  if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
+  sub->set_coalescing(std::nullopt);
+  sc->coalesce.reset();
+  coalesce::Config config = live_.coalesce;
+  on_every_reactor([sub, config](ReactorContext& ctx) { ctx.retune_coalescing(sub, config); });
+  LOG_INFO("coalescing of %s: the target's again", nqn.c_str());
   return "";
 }
 
@@ -497,6 +565,11 @@ std::string key_of(const std::vector<std::pair<std::string, std::string>>& keys,
   for (auto& [h, k] : keys)
     if (h == host) return k;
   return "";
+}
+
+std::string file_of(const std::map<std::string, std::string>& files, const std::string& host) {
+  auto it = files.find(host);
+  return it == files.end() ? "" : it->second;
 }
 
 }  // namespace
@@ -539,24 +612,48 @@ std::vector<std::string> Target::apply_config(const TargetConfig& fresh) {
       if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
     for (auto& host : hosts) {
       std::string key = key_of(want.host_keys, host), ctrl = key_of(want.ctrl_keys, host);
+      std::string key_file = file_of(want.host_key_files, host),
+                  ctrl_file = file_of(want.ctrl_key_files, host);
       bool listed = std::find(have.allowed_hosts.begin(), have.allowed_hosts.end(), host) !=
                     have.allowed_hosts.end();
-      if (listed && key == key_of(have.host_keys, host) && ctrl == key_of(have.ctrl_keys, host))
+      if (listed && key == key_of(have.host_keys, host) && ctrl == key_of(have.ctrl_keys, host) &&
+          key_file == file_of(have.host_key_files, host) &&
+          ctrl_file == file_of(have.ctrl_key_files, host))
         continue;
       note(want.nqn + ": host " + host + (key.empty() ? " allowed" : " allowed with its keys"),
-           allow_host(want.nqn, host, key, ctrl));
+           allow_host(want.nqn, host, key, ctrl, key_file, ctrl_file));
     }
     bool any = want.allow_any_host && want.allowed_hosts.empty() && want.host_keys.empty();
     bool had = have.allow_any_host && have.allowed_hosts.empty() && have.host_keys.empty();
     if (any != had)
       note(want.nqn + (any ? ": any host allowed" : ": only listed hosts allowed"),
            set_allow_any_host(want.nqn, any));
+    if (want.coalesce != have.coalesce)
+      note(want.nqn + ": coalescing " + (want.coalesce ? "retuned" : "the target's again"),
+           want.coalesce ? set_coalescing(want.nqn, *want.coalesce) : clear_coalescing(want.nqn));
   }
   const auto& a = now.coalesce;
   const auto& b = fresh.coalesce;
   if (a.policy != b.policy || a.pdus != b.pdus || a.timeout != b.timeout ||
       a.ctrl_pdus != b.ctrl_pdus || a.ctrl_timeout != b.ctrl_timeout || a.bytes != b.bytes)
     note("coalescing retuned", set_coalescing("", b));
+  // Listeners by address (port 0 asks for any port: nothing to compare).
+  for (bool tls : {false, true}) {
+    const auto& want = tls ? fresh.tls_listen : fresh.listen;
+    const auto& have = tls ? now.tls_listen : now.listen;
+    auto in = [](const std::vector<ListenAddress>& list, const ListenAddress& l) {
+      return std::any_of(list.begin(), list.end(),
+                         [&](auto& x) { return x.host == l.host && x.port == l.port; });
+    };
+    for (auto& l : have)
+      if (l.port && !in(want, l))
+        note("listener " + listen_text(l) + " removed", remove_listener(l.host, l.port));
+    for (auto& l : want)
+      if (l.port && !in(have, l)) {
+        Bound added;
+        note("listener " + listen_text(l) + " added", add_listener(l, tls, &added));
+      }
+  }
   {
     std::lock_guard<std::mutex> lock(registry_.management_mutex());
     for (auto& line : reload_ana(fresh)) out.push_back(line);

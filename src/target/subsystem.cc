@@ -69,7 +69,7 @@ std::optional<coalesce::Config> Subsystem::coalescing() const {
   return coalesce_;
 }
 
-void Subsystem::set_coalescing(const coalesce::Config& config) {
+void Subsystem::set_coalescing(const std::optional<coalesce::Config>& config) {
   std::lock_guard<std::mutex> lock(hosts_mu_);
   coalesce_ = config;
 }
@@ -289,6 +289,7 @@ std::string Registry::add_subsystem(const SubsystemConfig& sc, Subsystem** out) 
   char serial[21];
   std::snprintf(serial, sizeof(serial), "SENS%016llx", static_cast<unsigned long long>(h));
   sub->serial = sc.serial.empty() ? serial : sc.serial;
+  sub->set_coalescing(sc.coalesce);
   uint32_t nsid = 0;
   for (auto& spec : sc.namespaces) {
     std::string error;

@@ -109,7 +109,7 @@ class Subsystem {
   void set_allow_any_host(bool allow);
   // Coalescing of this subsystem's connections when set live (else the target's).
   std::optional<coalesce::Config> coalescing() const;
-  void set_coalescing(const coalesce::Config& config);
+  void set_coalescing(const std::optional<coalesce::Config>& config);  // none: the target's
 
   // Namespaces: the published table, by nsid - 1 (null: inactive). ns() is one acquire load;
   // a request that keeps the pointer holds the namespace (Namespace::hold).
@@ -189,6 +189,10 @@ class Controller {
   std::atomic<bool> ns_event_pending{false};
   std::atomic<bool> ns_event_masked{false};
   void note_namespace_changed(uint32_t nsid);
+  // Discovery Log Page Change (a discovery controller): the same pair, cleared by reading the
+  // discovery log with RAE clear.
+  std::atomic<bool> disc_event_pending{false};
+  std::atomic<bool> disc_event_masked{false};
   // The Changed Namespace List: up to 1024 nsids, or FFFFFFFFh first when more changed.
   std::vector<uint32_t> take_changed_namespaces();
 

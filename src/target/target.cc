@@ -262,9 +262,10 @@ static std::string address_text(const sockaddr_storage& ss, bool with_port);
 
 class Target::Listener final : public EventHandler {
  public:
-  Listener(Target& t, Reactor& reactor, int fd, uint16_t port, bool discovery, bool tls = false,
-           AnaPort* ana = nullptr)
+  Listener(Target& t, Reactor& reactor, int fd, std::string host, uint16_t port, bool discovery,
+           bool tls = false, AnaPort* ana = nullptr)
       : ana_(ana),
+        host_(std::move(host)),
         target_(t),
         reactor_(reactor),
         fd_(fd),
@@ -278,6 +279,7 @@ class Target::Listener final : public EventHandler {
   }
   int fd() const { return fd_; }
   uint16_t port() const { return port_; }
+  const std::string& host() const { return host_; }
   bool discovery() const { return discovery_; }
   const AnaPort* ana() const { return ana_; }
 
@@ -341,6 +343,7 @@ class Target::Listener final : public EventHandler {
   }
 
   AnaPort* ana_;
+  std::string host_;
   Target& target_;
   Reactor& reactor_;
   int fd_;
@@ -456,8 +459,8 @@ std::string Target::start() {
     }
     AnaPort* ana = discovery ? nullptr : ana_ports[io_index++].get();
     if (ana) ana->port = port;  // (port 0 asked: the one the kernel gave)
-    listeners_.push_back(
-        std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, discovery, false, ana));
+    listeners_.push_back(std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, addr.host, port,
+                                                    discovery, false, ana));
     std::lock_guard<std::mutex> lock(bound_mu_);
     bound_.push_back({addr.host, port, discovery});
   }
@@ -470,8 +473,8 @@ std::string Target::start() {
     }
     AnaPort* ana = ana_ports[io_index++].get();
     ana->port = port;
-    listeners_.push_back(
-        std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, false, true, ana));
+    listeners_.push_back(std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, addr.host, port,
+                                                    false, true, ana));
     std::lock_guard<std::mutex> lock(bound_mu_);
     bound_.push_back({addr.host, port, false, true});
   }
@@ -493,14 +496,15 @@ std::string Target::start() {
   return "";
 }
 
-std::string Target::open_io_listener(const ListenAddress& addr, bool tls, AnaPort* ana,
-                                     Bound* out) {
+std::string Target::open_live_listener(const ListenAddress& addr, bool discovery, bool tls,
+                                       AnaPort* ana, Bound* out) {
   uint16_t port = 0;
   std::string error;
   int fd = open_listener(addr.host, addr.port, &port, &error);
   if (fd < 0) return error;
-  ana->port = port;
-  auto l = std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, port, false, tls, ana);
+  if (ana) ana->port = port;
+  auto l = std::make_unique<Listener>(*this, ctxs_[0]->reactor, fd, addr.host, port, discovery, tls,
+                                      ana);
   Listener* raw = l.release();
   // listeners_ belongs to reactor 0 (its handlers, close_listeners()).
   auto add = [this, raw, fd] {
@@ -511,25 +515,24 @@ std::string Target::open_io_listener(const ListenAddress& addr, bool tls, AnaPor
     add();
   else
     run_on(0, add, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-  *out = {addr.host, port, false, tls};
+  *out = {addr.host, port, discovery, tls};
   std::lock_guard<std::mutex> lock(bound_mu_);
   bound_.push_back(*out);
   return "";
 }
 
-bool Target::close_io_listener(const std::string& host, uint16_t port) {
+bool Target::close_live_listener(const std::string& host, uint16_t port, bool discovery) {
   {
     std::lock_guard<std::mutex> lock(bound_mu_);
     auto it = std::find_if(bound_.begin(), bound_.end(), [&](const Bound& b) {
-      return !b.discovery && b.host == host && b.port == port;
+      return b.discovery == discovery && b.host == host && b.port == port;
     });
     if (it == bound_.end()) return false;
     bound_.erase(it);
   }
-  auto close = [this, host, port] {
+  auto close = [this, host, port, discovery] {
     for (auto it = listeners_.begin(); it != listeners_.end(); ++it)
-      if ((*it)->port() == port && !(*it)->discovery() && (*it)->ana() &&
-          (*it)->ana()->host == host) {
+      if ((*it)->port() == port && (*it)->discovery() == discovery && (*it)->host() == host) {
         ctxs_[0]->reactor.remove((*it)->fd(), it->get());
         listeners_.erase(it);  // (closes the socket)
         return;

@@ -180,8 +180,11 @@ class Target {
   // Allows `host` (with DH-HMAC-CHAP keys when host_key is not empty; a host already allowed
   // gets its keys replaced: connected controllers keep working, the next authentication
   // uses the new key).
+  // key_file / ctrl_key_file: where the keys were read from (a config's {"file": PATH}), for
+  // save_config.
   std::string allow_host(const std::string& nqn, const std::string& host,
-                         const std::string& host_key, const std::string& ctrl_key);
+                         const std::string& host_key, const std::string& ctrl_key,
+                         const std::string& key_file = "", const std::string& ctrl_key_file = "");
   // Takes `host` off the allow-list (and its keys) and disconnects its controllers.
   std::string disallow_host(const std::string& nqn, const std::string& host);
   std::string set_allow_any_host(const std::string& nqn, bool allow);
@@ -194,8 +197,11 @@ class Target {
   // Moves a namespace to another ANA group: hosts get an ANA change and a Namespace
   // Attribute Changed event.
   std::string set_namespace_ana_group(const std::string& nqn, uint32_t nsid, uint32_t group);
-  // nqn empty: every subsystem (and the default); else one subsystem's connections.
+  // nqn empty: every subsystem (and the default); else one subsystem's connections, which
+  // keep it through later target-wide changes until clear_coalescing().
   std::string set_coalescing(const std::string& nqn, const coalesce::Config& config);
+  // The subsystem follows the target's coalescing again.
+  std::string clear_coalescing(const std::string& nqn);
   coalesce::Config coalescing(const std::string& nqn, std::string* error);
   void reset_stats();
   // SIGHUP: brings the running target to `fresh` (a re-read --config) through the changes
@@ -248,9 +254,17 @@ class Target {
   // Closes `ns` once no request holds it: its reactor queues, then its device.
   void destroy_namespace(std::unique_ptr<Namespace> ns);
   void sweep_draining();
-  // target.cc: opens, registers (on reactor 0) and records an I/O listener; closes one.
-  std::string open_io_listener(const ListenAddress& addr, bool tls, AnaPort* ana, Bound* out);
-  bool close_io_listener(const std::string& host, uint16_t port);
+  // target.cc: opens, registers (on reactor 0) and records a listener (I/O, with its ANA
+  // view, or discovery); closes one.
+  std::string open_live_listener(const ListenAddress& addr, bool discovery, bool tls, AnaPort* ana,
+                                 Bound* out);
+  bool close_live_listener(const std::string& host, uint16_t port, bool discovery);
+  // live.cc: a discovery listener for an address that has none yet (listener_add), and its
+  // close once the last I/O listener of the address goes; the discovery log changed.
+  void open_discovery_for(const std::string& host);
+  void close_discovery_if_unused(const std::string& host);
+  std::vector<std::string> live_discovery_hosts_;  // opened by open_discovery_for()
+  void discovery_changed();
   std::string retire_namespace(Subsystem* sub, uint32_t nsid, Nanos drain, std::string* note);
   std::vector<auth::ConfiguredPsk> tls_keys_;
   bool find_tls_psk(const std::string& identity, transport::TlsPsk* psk, std::string* why);

@@ -612,6 +612,8 @@ void TcpQueue::deliver_events() {
        0x2u | (0x00u << 8) | (0x04u << 16)},
       {1u << 11, ctrl_->ana_event_pending, ctrl_->ana_event_masked,
        0x2u | (0x03u << 8) | (0x0Cu << 16)},
+      {1u << 31, ctrl_->disc_event_pending, ctrl_->disc_event_masked,
+       0x2u | (0xF0u << 8) | (0x70u << 16)},
   };
   for (auto& n : notices) {
     if (aer_outstanding_ == 0) return;

@@ -445,6 +445,9 @@ int run_target(int argc, char** argv) {
       for (const char* o : {"--coalesce", "--pg-pdus", "--pg-timeout-us", "--ctrl-pdus",
                             "--ctrl-timeout-us", "--pg-bytes"})
         if (app.count(o)) fresh.coalesce = cfg.coalesce;
+      if (!listen.empty()) fresh.listen = cfg.listen;
+      if (!tls_listen.empty()) fresh.tls_listen = cfg.tls_listen;
+      if (app.count("--discovery-port")) fresh.discovery_port = cfg.discovery_port;
       for (auto& line : t.apply_config(fresh)) LOG_INFO("SIGHUP: %s", line.c_str());
       service::ready(service::status_line(t));
       continue;
