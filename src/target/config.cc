@@ -250,9 +250,7 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
     for (auto& ns : s.namespaces) {
       std::string err = check_namespace_spec(ns);
       if (!err.empty()) return "namespace '" + ns + "': " + err;
-      NamespaceOptions o;
-      parse_namespace_options(ns, &o, &err);
-      nsid = o.nsid ? o.nsid : nsid + 1;
+      nsid = spec_nsid(ns, nsid);
       if (nsid > 1024 || !nsids.insert(nsid).second)
         return "subsystem '" + s.nqn + "': nsid " + std::to_string(nsid) +
                (nsid > 1024 ? " is past 1024" : " given twice");

@@ -27,7 +27,8 @@ bool offered(const uint8_t* ids, uint32_t n, uint8_t id) {
 
 }  // namespace
 
-DhchapSession::DhchapSession(std::shared_ptr<const HostAuth> keys, const std::vector<uint8_t>& hashes,
+DhchapSession::DhchapSession(std::shared_ptr<const HostAuth> keys,
+                             const std::vector<uint8_t>& hashes,
                              const std::vector<uint8_t>& dhgroups, Identity id)
     : keys_(std::move(keys)), hashes_(hashes), dhgroups_(dhgroups), id_(std::move(id)) {}
 

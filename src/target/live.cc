@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "target/names.h"
 #include "target/ns_options.h"
 #include "target/target.h"
 
@@ -28,28 +29,6 @@ SubsystemConfig* find_config(TargetConfig& c, const std::string& nqn) {
   for (auto& s : c.subsystems)
     if (s.nqn == nqn) return &s;
   return nullptr;
-}
-
-std::string ns_name(const std::string& nqn, uint32_t nsid) {
-  return "namespace " + std::to_string(nsid) + " of " + nqn;
-}
-
-// The nsid a subsystem's spec gets: its nsid=N, or the one after `previous` (the nsid of the
-// spec before it), as Registry::add_subsystem and validate() number them.
-uint32_t spec_nsid(const std::string& spec, uint32_t previous) {
-  NamespaceOptions o;
-  std::string e;
-  parse_namespace_options(spec, &o, &e);
-  return o.nsid ? o.nsid : previous + 1;
-}
-
-// `spec` with nsid=N, so that a saved configuration keeps the nsid however many namespaces
-// before it were removed.
-std::string spec_with_nsid(const std::string& spec, uint32_t nsid) {
-  NamespaceOptions o;
-  std::string error;
-  if (parse_namespace_options(spec, &o, &error) && o.nsid == nsid) return spec;
-  return spec + ",nsid=" + std::to_string(nsid);
 }
 
 }  // namespace
@@ -137,11 +116,11 @@ void Target::sweep_draining() {
 std::string Target::retire_namespace(Subsystem* sub, uint32_t nsid, Nanos drain,
                                      std::string* note) {
   auto ns = sub->unpublish(nsid);
-  if (!ns) return ns_name(sub->nqn, nsid) + " does not exist";
+  if (!ns) return namespace_name(sub->nqn, nsid) + " does not exist";
   notify_namespace_changed(sub, nsid);
   if (!drain_namespace(ns.get(), drain)) {
     uint64_t left = ns->held();
-    std::string name = ns_name(sub->nqn, nsid);
+    std::string name = namespace_name(sub->nqn, nsid);
     if (note)
       *note = std::to_string(left) +
               " command(s) still running on it; its device closes when they finish";
@@ -214,14 +193,14 @@ std::string Target::add_namespace(const std::string& nqn, const std::string& spe
       if (!sub->ns(i)) nsid = i;
     if (!nsid) return nqn + " has " + std::to_string(kMaxNsid) + " namespaces already";
   } else if (sub->ns(nsid)) {
-    return ns_name(nqn, nsid) + " exists";
+    return namespace_name(nqn, nsid) + " exists";
   }
   for (auto& d : draining_)
-    if (d.name == ns_name(nqn, nsid))
-      return ns_name(nqn, nsid) + " is still draining its last commands; try again";
+    if (d.name == namespace_name(nqn, nsid))
+      return namespace_name(nqn, nsid) + " is still draining its last commands; try again";
   auto ns = registry_.make_namespace(nqn, nsid, spec, &error);
   if (!ns) return error;
-  LOG_INFO("%s added: %s", ns_name(nqn, nsid).c_str(), ns->device->describe().c_str());
+  LOG_INFO("%s added: %s", namespace_name(nqn, nsid).c_str(), ns->device->describe().c_str());
   sub->publish(std::move(ns));
   sc->namespaces.push_back(spec_with_nsid(spec, nsid));
   notify_namespace_changed(sub, nsid);
@@ -236,7 +215,7 @@ std::string Target::remove_namespace(const std::string& nqn, uint32_t nsid, Nano
   Subsystem* sub = registry_.find(nqn);
   SubsystemConfig* sc = find_config(live_, nqn);
   if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
-  if (!sub->ns(nsid)) return ns_name(nqn, nsid) + " does not exist";
+  if (!sub->ns(nsid)) return namespace_name(nqn, nsid) + " does not exist";
   // The saved configuration names every namespace with its nsid from now on (a gap).
   std::vector<std::string> kept;
   uint32_t next = 0;
@@ -246,7 +225,7 @@ std::string Target::remove_namespace(const std::string& nqn, uint32_t nsid, Nano
   }
   if (auto error = retire_namespace(sub, nsid, drain, note); !error.empty()) return error;
   sc->namespaces = std::move(kept);
-  LOG_INFO("%s removed", ns_name(nqn, nsid).c_str());
+  LOG_INFO("%s removed", namespace_name(nqn, nsid).c_str());
   return "";
 }
 
@@ -255,16 +234,16 @@ std::string Target::resize_namespace(const std::string& nqn, uint32_t nsid, uint
   Subsystem* sub = registry_.find(nqn);
   if (!sub || sub->discovery) return "no subsystem '" + nqn + "'";
   Namespace* ns = sub->ns(nsid);
-  if (!ns) return ns_name(nqn, nsid) + " does not exist";
+  if (!ns) return namespace_name(nqn, nsid) + " does not exist";
   uint64_t block = uint64_t(1) << ns->block_shift;
   if (bytes % block)
     return "the size must be a multiple of the block size (" + std::to_string(block) + " bytes)";
   uint64_t before = ns->blocks;
   if (auto error = ns->device->resize(bytes); !error.empty())
-    return ns_name(nqn, nsid) + ": " + error;
+    return namespace_name(nqn, nsid) + ": " + error;
   uint64_t now = ns->device->size() >> ns->block_shift;
   ns->blocks = now;
-  LOG_INFO("%s resized: %llu -> %llu blocks of %llu bytes", ns_name(nqn, nsid).c_str(),
+  LOG_INFO("%s resized: %llu -> %llu blocks of %llu bytes", namespace_name(nqn, nsid).c_str(),
            static_cast<unsigned long long>(before), static_cast<unsigned long long>(now),
            static_cast<unsigned long long>(block));
   if (now != before) notify_namespace_changed(sub, nsid);
@@ -463,7 +442,7 @@ std::string Target::set_namespace_ana_group(const std::string& nqn, uint32_t nsi
   SubsystemConfig* sc = find_config(live_, nqn);
   if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
   Namespace* ns = sub->ns(nsid);
-  if (!ns) return ns_name(nqn, nsid) + " does not exist";
+  if (!ns) return namespace_name(nqn, nsid) + " does not exist";
   if (group < 1 || group > ana::kMaxGroups) return "the ANA group must be 1..32";
   if (ns->anagrpid == group) return "";
   ns->anagrpid = group;
@@ -486,7 +465,7 @@ std::string Target::set_namespace_ana_group(const std::string& nqn, uint32_t nsi
   notify_namespace_changed(sub, nsid);
   for (auto& port : registry_.ana_ports()) notify_ana_change(port.get());
   notify_ana_change(registry_.default_ana());
-  LOG_INFO("%s moved to ANA group %u", ns_name(nqn, nsid).c_str(), group);
+  LOG_INFO("%s moved to ANA group %u", namespace_name(nqn, nsid).c_str(), group);
   return "";
 }
 
@@ -544,131 +523,6 @@ void Target::reset_stats() {
   reset_metrics();  // the Prometheus counters too (a counter reset, as Prometheus allows)
   auth_succeeded_ = 0;
   auth_failed_ = 0;
-}
-
-// ---------------------------------------------------------------------------- reload
-
-namespace {
-
-std::map<uint32_t, std::string> by_nsid(const SubsystemConfig& sc) {
-  std::map<uint32_t, std::string> out;
-  uint32_t next = 0;
-  for (auto& spec : sc.namespaces) {
-    next = spec_nsid(spec, next);
-    out[next] = spec;
-  }
-  return out;
-}
-
-std::string key_of(const std::vector<std::pair<std::string, std::string>>& keys,
-                   const std::string& host) {
-  for (auto& [h, k] : keys)
-    if (h == host) return k;
-  return "";
-}
-
-std::string file_of(const std::map<std::string, std::string>& files, const std::string& host) {
-  auto it = files.find(host);
-  return it == files.end() ? "" : it->second;
-}
-
-}  // namespace
-
-std::vector<std::string> Target::apply_config(const TargetConfig& fresh) {
-  std::vector<std::string> out;
-  if (auto error = validate(fresh); !error.empty()) return {"not applied: " + error};
-  TargetConfig now = live_config();
-  auto note = [&](const std::string& what, const std::string& error) {
-    out.push_back(error.empty() ? what : what + ": refused: " + error);
-  };
-  for (auto& old : now.subsystems)
-    if (std::none_of(fresh.subsystems.begin(), fresh.subsystems.end(),
-                     [&](auto& s) { return s.nqn == old.nqn; }))
-      note("subsystem " + old.nqn + " deleted", delete_subsystem(old.nqn));
-  for (auto& want : fresh.subsystems) {
-    auto it = std::find_if(now.subsystems.begin(), now.subsystems.end(),
-                           [&](auto& s) { return s.nqn == want.nqn; });
-    if (it == now.subsystems.end()) {
-      note("subsystem " + want.nqn + " created", create_subsystem(want));
-      continue;
-    }
-    const SubsystemConfig& have = *it;
-    auto old_ns = by_nsid(have), new_ns = by_nsid(want);
-    for (auto& [nsid, spec] : old_ns)
-      if (!new_ns.count(nsid) || new_ns[nsid] != spec)
-        note(ns_name(want.nqn, nsid) + " removed",
-             remove_namespace(want.nqn, nsid, 5 * kSecond, nullptr));
-    for (auto& [nsid, spec] : new_ns)
-      if (!old_ns.count(nsid) || old_ns[nsid] != spec)
-        note(ns_name(want.nqn, nsid) + " added (" + spec + ")",
-             add_namespace(want.nqn, spec, nsid, nullptr));
-    for (auto& host : have.allowed_hosts)
-      if (std::find(want.allowed_hosts.begin(), want.allowed_hosts.end(), host) ==
-              want.allowed_hosts.end() &&
-          key_of(want.host_keys, host).empty())
-        note(want.nqn + ": host " + host + " disallowed", disallow_host(want.nqn, host));
-    std::vector<std::string> hosts = want.allowed_hosts;
-    for (auto& [host, key] : want.host_keys)
-      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
-    for (auto& host : hosts) {
-      std::string key = key_of(want.host_keys, host), ctrl = key_of(want.ctrl_keys, host);
-      std::string key_file = file_of(want.host_key_files, host),
-                  ctrl_file = file_of(want.ctrl_key_files, host);
-      bool listed = std::find(have.allowed_hosts.begin(), have.allowed_hosts.end(), host) !=
-                    have.allowed_hosts.end();
-      if (listed && key == key_of(have.host_keys, host) && ctrl == key_of(have.ctrl_keys, host) &&
-          key_file == file_of(have.host_key_files, host) &&
-          ctrl_file == file_of(have.ctrl_key_files, host))
-        continue;
-      note(want.nqn + ": host " + host + (key.empty() ? " allowed" : " allowed with its keys"),
-           allow_host(want.nqn, host, key, ctrl, key_file, ctrl_file));
-    }
-    bool any = want.allow_any_host && want.allowed_hosts.empty() && want.host_keys.empty();
-    bool had = have.allow_any_host && have.allowed_hosts.empty() && have.host_keys.empty();
-    if (any != had)
-      note(want.nqn + (any ? ": any host allowed" : ": only listed hosts allowed"),
-           set_allow_any_host(want.nqn, any));
-    if (want.coalesce != have.coalesce)
-      note(want.nqn + ": coalescing " + (want.coalesce ? "retuned" : "the target's again"),
-           want.coalesce ? set_coalescing(want.nqn, *want.coalesce) : clear_coalescing(want.nqn));
-  }
-  const auto& a = now.coalesce;
-  const auto& b = fresh.coalesce;
-  if (a.policy != b.policy || a.pdus != b.pdus || a.timeout != b.timeout ||
-      a.ctrl_pdus != b.ctrl_pdus || a.ctrl_timeout != b.ctrl_timeout || a.bytes != b.bytes)
-    note("coalescing retuned", set_coalescing("", b));
-  // Listeners by address (port 0 asks for any port: nothing to compare).
-  for (bool tls : {false, true}) {
-    const auto& want = tls ? fresh.tls_listen : fresh.listen;
-    const auto& have = tls ? now.tls_listen : now.listen;
-    auto in = [](const std::vector<ListenAddress>& list, const ListenAddress& l) {
-      return std::any_of(list.begin(), list.end(),
-                         [&](auto& x) { return x.host == l.host && x.port == l.port; });
-    };
-    for (auto& l : have)
-      if (l.port && !in(want, l))
-        note("listener " + listen_text(l) + " removed", remove_listener(l.host, l.port));
-    for (auto& l : want)
-      if (l.port && !in(have, l)) {
-        Bound added;
-        note("listener " + listen_text(l) + " added", add_listener(l, tls, &added));
-      }
-  }
-  {
-    std::lock_guard<std::mutex> lock(registry_.management_mutex());
-    for (auto& line : reload_ana(fresh)) out.push_back(line);
-  }
-  if (to_json_text(TargetConfig{fresh}) != to_json_text(TargetConfig{now})) {
-    // What no live change covers: listeners (beyond their ANA states), threads, pools, limits.
-    TargetConfig a2 = fresh, b2 = live_config();
-    a2.subsystems = b2.subsystems = {};
-    a2.coalesce = b2.coalesce;
-    a2.listen = b2.listen;
-    a2.tls_listen = b2.tls_listen;
-    if (to_json_text(a2) != to_json_text(b2))
-      out.push_back("other settings differ from the running ones; they take a restart");
-  }
-  return out;
 }
 
 }  // namespace sens::target

@@ -73,4 +73,8 @@ std::string check_serial(const std::string& serial) {
   return ok ? "" : "'" + printable(serial) + "' is not 1..20 printable ASCII characters";
 }
 
+std::string namespace_name(const std::string& nqn, uint32_t nsid) {
+  return "namespace " + std::to_string(nsid) + " of " + nqn;
+}
+
 }  // namespace sens::target

@@ -1,5 +1,6 @@
 #pragma once
 // The names a target is configured with: subsystem NQNs and serial numbers.
+#include <cstdint>
 #include <string>
 
 namespace sens::target {
@@ -13,5 +14,8 @@ std::string check_subsystem_nqn(const std::string& nqn, bool strict, std::string
 // A serial number (Identify Controller SN): 1..20 printable ASCII characters. "" or the error
 // ("'SN' is not ...", for the caller to say whose).
 std::string check_serial(const std::string& serial);
+
+// "namespace N of NQN", as the log and the RPC's answers name a namespace.
+std::string namespace_name(const std::string& nqn, uint32_t nsid);
 
 }  // namespace sens::target

@@ -114,4 +114,18 @@ void derive_namespace_ids(const std::string& seed, uint8_t nguid[16], uint8_t uu
   uuid[8] = uint8_t((uuid[8] & 0x3F) | 0x80);
 }
 
+uint32_t spec_nsid(const std::string& spec, uint32_t previous) {
+  NamespaceOptions o;
+  std::string e;
+  parse_namespace_options(spec, &o, &e);
+  return o.nsid ? o.nsid : previous + 1;
+}
+
+std::string spec_with_nsid(const std::string& spec, uint32_t nsid) {
+  NamespaceOptions o;
+  std::string error;
+  if (parse_namespace_options(spec, &o, &error) && o.nsid == nsid) return spec;
+  return spec + ",nsid=" + std::to_string(nsid);
+}
+
 }  // namespace sens::target

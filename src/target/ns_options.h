@@ -21,6 +21,12 @@ struct NamespaceOptions {
 bool parse_namespace_options(const std::string& spec, NamespaceOptions* out, std::string* error);
 // The whole check of a --ns value: the options, then the backend's syntax. "" or the error.
 std::string check_namespace_spec(const std::string& spec);
+// The nsid a subsystem's spec gets: its nsid=N, or the one after `previous` (the nsid of the
+// spec before it), as the registry and validate() number them.
+uint32_t spec_nsid(const std::string& spec, uint32_t previous);
+// `spec` with nsid=N, so that a saved configuration keeps the nsid however many namespaces
+// before it were removed.
+std::string spec_with_nsid(const std::string& spec, uint32_t nsid);
 // "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (or 32 hex digits) to 16 bytes.
 bool parse_uuid(const std::string& text, uint8_t out[16]);
 

@@ -293,9 +293,8 @@ std::string Registry::add_subsystem(const SubsystemConfig& sc, Subsystem** out) 
   uint32_t nsid = 0;
   for (auto& spec : sc.namespaces) {
     std::string error;
-    NamespaceOptions opts;
-    if (parse_namespace_options(spec, &opts, &error) && opts.nsid) nsid = opts.nsid - 1;
-    if (++nsid > kMaxNsid) return sc.nqn + ": more than " + std::to_string(kMaxNsid) + " nsids";
+    nsid = spec_nsid(spec, nsid);
+    if (nsid > kMaxNsid) return sc.nqn + ": more than " + std::to_string(kMaxNsid) + " nsids";
     if (sub->ns(nsid)) return sc.nqn + ": nsid " + std::to_string(nsid) + " given twice";
     auto ns = make_namespace(sc.nqn, nsid, spec, &error);
     if (!ns) return error;  // (the namespaces made so far close with `sub`)

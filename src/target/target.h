@@ -254,7 +254,9 @@ class Target {
   // Closes `ns` once no request holds it: its reactor queues, then its device.
   void destroy_namespace(std::unique_ptr<Namespace> ns);
   void sweep_draining();
-  // target.cc: opens, registers (on reactor 0) and records a listener (I/O, with its ANA
+  // listener.cc: the start's listeners (--listen, discovery, --tls-listen); "" or why not.
+  std::string open_listeners();
+  // listener.cc: opens, registers (on reactor 0) and records a listener (I/O, with its ANA
   // view, or discovery); closes one.
   std::string open_live_listener(const ListenAddress& addr, bool discovery, bool tls, AnaPort* ana,
                                  Bound* out);
