@@ -58,6 +58,14 @@ std::vector<MethodSpec> make_specs() {
        "not on it are disconnected).",
        "sens rpc subsystem_allow_any_host --nqn NQN --allow false",
        {kNqn, {"allow", P::kBool, true, "true: any host"}}},
+      {"subsystem_set_security",
+       "Requires TLS and/or DH-HMAC-CHAP authentication of every host (no --host) or of one "
+       "host, on any listener; connected controllers that no longer qualify are disconnected.",
+       "sens rpc subsystem_set_security --nqn NQN --host HOSTNQN --require_tls true",
+       {kNqn,
+        {"host", P::kString, false, "only this host (default: every host)"},
+        {"require_tls", P::kBool, false, "connect over TLS only"},
+        {"require_auth", P::kBool, false, "authenticate (the host needs a key) or be refused"}}},
       {"namespace_add",
        "Adds a namespace of any backend --ns takes (ram:, null:, file:, rbd:); connected hosts get "
        "a Namespace Attribute Changed event. Returns its nsid.",

@@ -1,5 +1,6 @@
 #include "mgmt/target_methods.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -83,8 +84,12 @@ json subsystem_json(Target& t, target::Subsystem& s) {
   json controllers = json::array();
   for (auto& c : t.registry().controllers())
     if (c->subsystem == &s) controllers.push_back(controller_json(*c));
+  auto [tls, auth] = s.requirements();
+  auto req = [](const target::Requirement& r) { return r.all ? json(true) : json(r.hosts); };
   return {{"nqn", s.nqn},
           {"serial", s.serial},
+          {"require_tls", req(tls)},
+          {"require_auth", req(auth)},
           {"allow_any_host", s.allow_any_host()},
           {"allowed_hosts", s.allowed_hosts()},
           {"hosts_with_keys", s.keyed_hosts()},
@@ -169,6 +174,32 @@ std::map<std::string, Handler> target_handlers(Target& t) {
   h["subsystem_allow_any_host"] = [&t](const json& p) {
     check(t.set_allow_any_host(str(p, "nqn"), p["allow"].get<bool>()));
     return json(true);
+  };
+  h["subsystem_set_security"] = [&t](const json& p) {
+    std::string nqn = str(p, "nqn"), host = str(p, "host");
+    if (!p.contains("require_tls") && !p.contains("require_auth"))
+      throw RpcError{kInvalidParams, "give require_tls and/or require_auth"};
+    target::TargetConfig now = t.live_config();
+    auto it = std::find_if(now.subsystems.begin(), now.subsystems.end(),
+                           [&](auto& s) { return s.nqn == nqn; });
+    if (it == now.subsystems.end()) throw RpcError{kRefused, "no subsystem '" + nqn + "'"};
+    target::Requirement tls = it->require_tls, auth = it->require_auth;
+    auto apply = [&](const char* name, target::Requirement& req) {
+      if (!p.contains(name)) return;
+      bool on = p[name].get<bool>();
+      if (host.empty()) {
+        req = {on, {}};
+        return;
+      }
+      auto& hosts = req.hosts;
+      hosts.erase(std::remove(hosts.begin(), hosts.end(), host), hosts.end());
+      if (on) hosts.push_back(host);
+    };
+    apply("require_tls", tls);
+    apply("require_auth", auth);
+    check(t.set_security(nqn, tls, auth));
+    auto out = [](const target::Requirement& r) { return r.all ? json(true) : json(r.hosts); };
+    return json{{"require_tls", out(tls)}, {"require_auth", out(auth)}};
   };
   h["namespace_add"] = [&t](const json& p) {
     uint32_t nsid = 0;

@@ -193,8 +193,9 @@ size_t discovery_log(CommandQueue& q, uint8_t* page, size_t room) {
       add(q.subsystem()->nqn, bound[i], nvme::kSubtypeCurrentDiscovery, uint16_t(i + 1));
       continue;
     }
+    const std::string& host = q.controller()->hostnqn;
     for (Subsystem* s : ctx.registry.subsystems())
-      if (s->host_allowed(q.controller()->hostnqn))
+      if (s->host_allowed(host) && (bound[i].tls || !s->tls_required(host)))
         add(s->nqn, bound[i], nvme::kSubtypeNvme, uint16_t(i + 1));
   }
   hdr.genctr = ctx.registry.discovery_generation();

@@ -313,6 +313,22 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
   if (c.coalesce.bytes < 512) return "--pg-bytes must be at least 512";
   if (c.coalesce.timeout < 0 || c.coalesce.ctrl_timeout < 0) return "timeouts must be >= 0";
   for (auto& s : c.subsystems) {
+    if (s.require_tls.any() && c.tls_listen.empty())
+      return "subsystem " + s.nqn +
+             ": require_tls, but the target has no TLS listener (--tls-listen, --tls)";
+    for (auto* req : {&s.require_tls, &s.require_auth})
+      for (auto& h : req->hosts)
+        if (!valid_nqn(h))
+          return "subsystem " + s.nqn + ": " +
+                 (req == &s.require_tls ? "require_tls" : "require_auth") + " host '" + h +
+                 "' is not an NQN";
+    for (auto& h : s.require_auth.hosts)
+      if (std::none_of(s.host_keys.begin(), s.host_keys.end(),
+                       [&](auto& k) { return k.first == h; }))
+        return "subsystem " + s.nqn + ": require_auth for host '" + h +
+               "', which has no DH-HMAC-CHAP key (host_keys)";
+  }
+  for (auto& s : c.subsystems) {
     if (!s.coalesce) continue;
     const auto& o = *s.coalesce;
     std::string where = "subsystem " + s.nqn + ": coalesce ";

@@ -1,5 +1,6 @@
 #pragma once
 // What a target serves and how: from the command line or a JSON file (same keys).
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -11,6 +12,17 @@
 #include "reactor/reactor.h"
 
 namespace sens::target {
+
+// A security requirement of a subsystem: for every host, or for the hosts named.
+struct Requirement {
+  bool all = false;
+  std::vector<std::string> hosts;
+  bool applies(const std::string& host) const {
+    return all || std::find(hosts.begin(), hosts.end(), host) != hosts.end();
+  }
+  bool any() const { return all || !hosts.empty(); }
+  bool operator==(const Requirement&) const = default;
+};
 
 struct SubsystemConfig {
   std::string nqn;
@@ -32,6 +44,10 @@ struct SubsystemConfig {
   // This subsystem's own coalescing (coalescing_set --nqn, or "coalesce" in its JSON object:
   // the target's settings with the keys given there replaced); none: the target's.
   std::optional<coalesce::Config> coalesce;
+  // Hosts that must connect over TLS (on any listener: a host known by its PSK cannot be
+  // impersonated on a plain port with its public NQN), and hosts that must authenticate with
+  // DH-HMAC-CHAP (a host without a key is refused). JSON: true, or a list of host NQNs.
+  Requirement require_tls, require_auth;
 };
 
 // ANA (Asymmetric Namespace Access) states, as the ANA log page codes them (NVMe Base 2.0

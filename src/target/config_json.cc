@@ -166,13 +166,21 @@ bool parse_subsystem(const json& s, const std::string& base_dir, SubsystemConfig
         *error = "subsystem key '" + k2 + "': " + (items.empty() ? "empty list" : why);
         return false;
       }
+    } else if (k2 == "require_tls" || k2 == "require_auth") {
+      Requirement& req = k2 == "require_tls" ? sc.require_tls : sc.require_auth;
+      if (v2.is_boolean()) {
+        req.all = v2.get<bool>();
+      } else if (!json_strings(v2, k2, &req.hosts, error)) {
+        *error = "subsystem key '" + k2 + "': expected true, false or a list of host NQNs";
+        return false;
+      }
     } else if (k2 == "coalesce") {
       coalesce::Config scratch;  // checked here; applied over the target's once it is read
       if (!parse_coalesce(v2, "subsystem key 'coalesce'", &scratch, error)) return false;
     } else {
       *error = "unknown subsystem key '" + k2 +
                "' (nqn, namespaces, allowed_hosts, allow_any_host, host_keys, ctrl_keys, "
-               "dhchap_hashes, dhchap_dhgroups, serial, coalesce)";
+               "dhchap_hashes, dhchap_dhgroups, serial, coalesce, require_tls, require_auth)";
       return false;
     }
   }
@@ -365,6 +373,13 @@ std::string to_json_text(const TargetConfig& c, bool with_secrets) {
     for (uint8_t g : s.dhchap_dhgroups) sub["dhchap_dhgroups"].push_back(auth::dh_group_name(g));
     if (!s.serial.empty()) sub["serial"] = s.serial;
     if (s.coalesce) sub["coalesce"] = coalesce_json(*s.coalesce);
+    for (bool tls : {true, false}) {
+      const Requirement& req = tls ? s.require_tls : s.require_auth;
+      if (req.all)
+        sub[tls ? "require_tls" : "require_auth"] = true;
+      else if (!req.hosts.empty())
+        sub[tls ? "require_tls" : "require_auth"] = req.hosts;
+    }
     j["subsystems"].push_back(sub);
   }
   std::vector<std::string> hashes, groups;

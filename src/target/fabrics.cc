@@ -48,6 +48,18 @@ void connect(CommandQueue& q, Request& r) {
     LOG_INFO("connect: host '%s' not allowed on '%s'", hostnqn.c_str(), subnqn.c_str());
     return q.complete(r, st::kConnectInvalidHost, ipo(offsetof(nvme::ConnectData, hostnqn), true));
   }
+  // What the subsystem requires of this host, on whatever listener it came (its NQN is public:
+  // a PSK-only host must not be impersonated on a plain port).
+  if (sub->tls_required(hostnqn) && !q.tls_identity()) {
+    LOG_INFO("connect: host '%s' must connect to '%s' over TLS (require_tls)", hostnqn.c_str(),
+             subnqn.c_str());
+    return q.complete(r, st::kConnectInvalidHost, ipo(offsetof(nvme::ConnectData, hostnqn), true));
+  }
+  if (sub->auth_required(hostnqn) && !sub->auth_for(hostnqn)) {
+    LOG_INFO("connect: host '%s' must authenticate to '%s' and has no key (require_auth)",
+             hostnqn.c_str(), subnqn.c_str());
+    return q.complete(r, st::kConnectInvalidHost, ipo(offsetof(nvme::ConnectData, hostnqn), true));
+  }
   // Over TLS the PSK identity names the host and subsystem: a Connect must be for them.
   if (const std::string* identity = q.tls_identity()) {
     auto id = auth::parse_psk_identity(*identity);
@@ -71,6 +83,7 @@ void connect(CommandQueue& q, Request& r) {
     if (!ctrl) return q.complete(r, st::kConnectControllerBusy);
     ctrl->auth = sub->auth_for(hostnqn);
     ctrl->peer = q.peer_address();
+    ctrl->over_tls = q.tls_identity() != nullptr;
     ctrl->ana = q.ana_port() ? q.ana_port() : ctx.registry.default_ana();
   } else {
     ctrl = ctx.registry.find_controller(data.cntlid);

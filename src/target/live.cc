@@ -346,6 +346,34 @@ std::string Target::set_allow_any_host(const std::string& nqn, bool allow) {
   return "";
 }
 
+std::string Target::set_security(const std::string& nqn, const Requirement& tls,
+                                 const Requirement& auth) {
+  std::lock_guard<std::mutex> lock(registry_.management_mutex());
+  Subsystem* sub = registry_.find(nqn);
+  SubsystemConfig* sc = find_config(live_, nqn);
+  if (!sub || sub->discovery || !sc) return "no subsystem '" + nqn + "'";
+  TargetConfig candidate = live_;
+  find_config(candidate, nqn)->require_tls = tls;
+  find_config(candidate, nqn)->require_auth = auth;
+  if (auto error = validate(candidate); !error.empty()) return error;
+  sub->set_requirements(tls, auth);
+  live_ = std::move(candidate);
+  disconnect_where([&](const Controller& c) {
+    return c.subsystem == sub &&
+           ((tls.applies(c.hostnqn) && !c.over_tls) || (auth.applies(c.hostnqn) && !c.auth));
+  });
+  discovery_changed();  // plain listeners leave the log of hosts that need TLS
+  auto text = [](const Requirement& r) {
+    if (r.all) return std::string("every host");
+    std::string s;
+    for (auto& h : r.hosts) s += (s.empty() ? "" : ", ") + h;
+    return s.empty() ? std::string("no host") : s;
+  };
+  LOG_INFO("%s: TLS required of %s; authentication required of %s", nqn.c_str(), text(tls).c_str(),
+           text(auth).c_str());
+  return "";
+}
+
 // ---------------------------------------------------------------------------- controllers
 
 std::string Target::disconnect_controller(uint16_t cntlid) {

@@ -54,6 +54,27 @@ void Subsystem::set_hosts(std::vector<std::string> allowed,
   host_auth_ = std::move(auth);
 }
 
+bool Subsystem::tls_required(const std::string& hostnqn) const {
+  std::lock_guard<std::mutex> lock(hosts_mu_);
+  return require_tls_.applies(hostnqn);
+}
+
+bool Subsystem::auth_required(const std::string& hostnqn) const {
+  std::lock_guard<std::mutex> lock(hosts_mu_);
+  return require_auth_.applies(hostnqn);
+}
+
+void Subsystem::set_requirements(const Requirement& tls, const Requirement& auth) {
+  std::lock_guard<std::mutex> lock(hosts_mu_);
+  require_tls_ = tls;
+  require_auth_ = auth;
+}
+
+std::pair<Requirement, Requirement> Subsystem::requirements() const {
+  std::lock_guard<std::mutex> lock(hosts_mu_);
+  return {require_tls_, require_auth_};
+}
+
 bool Subsystem::allow_any_host() const {
   std::lock_guard<std::mutex> lock(hosts_mu_);
   return allow_any_;
@@ -290,6 +311,7 @@ std::string Registry::add_subsystem(const SubsystemConfig& sc, Subsystem** out) 
   std::snprintf(serial, sizeof(serial), "SENS%016llx", static_cast<unsigned long long>(h));
   sub->serial = sc.serial.empty() ? serial : sc.serial;
   sub->set_coalescing(sc.coalesce);
+  sub->set_requirements(sc.require_tls, sc.require_auth);
   uint32_t nsid = 0;
   for (auto& spec : sc.namespaces) {
     std::string error;

@@ -107,6 +107,11 @@ class Subsystem {
   // Any host may connect: set at start when no host is named; cleared by naming one live.
   bool allow_any_host() const;
   void set_allow_any_host(bool allow);
+  // Must `hostnqn` connect over TLS / authenticate (SubsystemConfig::require_tls, _auth)?
+  bool tls_required(const std::string& hostnqn) const;
+  bool auth_required(const std::string& hostnqn) const;
+  void set_requirements(const Requirement& tls, const Requirement& auth);
+  std::pair<Requirement, Requirement> requirements() const;  // TLS, authentication
   // Coalescing of this subsystem's connections when set live (else the target's).
   std::optional<coalesce::Config> coalescing() const;
   void set_coalescing(const std::optional<coalesce::Config>& config);  // none: the target's
@@ -133,6 +138,7 @@ class Subsystem {
   std::vector<std::string> allowed_hosts_;
   bool allow_any_ = true;
   std::optional<coalesce::Config> coalesce_;
+  Requirement require_tls_, require_auth_;
   std::map<std::string, std::shared_ptr<const HostAuth>> host_auth_;
   std::atomic<Namespace*> ns_table_[kMaxNsid]{};
   std::vector<std::unique_ptr<Namespace>> owned_ =
@@ -168,6 +174,7 @@ class Controller {
   // once the admin queue has. The key at the admin queue's Connect; a queue that connects
   // later authenticates with the subsystem's key of that moment (a rotation).
   std::shared_ptr<const HostAuth> auth;
+  bool over_tls = false;  // its admin queue came over TLS (set at Connect)
   std::atomic<bool> admin_authenticated{false};
   std::atomic<uint32_t> io_queues_granted{
       0};  // I/O queues granted (one-based); read by any reactor

@@ -188,6 +188,9 @@ class Target {
   // Takes `host` off the allow-list (and its keys) and disconnects its controllers.
   std::string disallow_host(const std::string& nqn, const std::string& host);
   std::string set_allow_any_host(const std::string& nqn, bool allow);
+  // Which hosts must come over TLS and which must authenticate; controllers that no longer
+  // qualify are disconnected (their host reconnects the way now required, or is refused).
+  std::string set_security(const std::string& nqn, const Requirement& tls, const Requirement& auth);
   std::string disconnect_controller(uint16_t cntlid);
   // An I/O listener (port 0: any free one; `added` gets what was bound). Its ANA states are
   // the address's ana= options. A removed listener accepts no more; connections made through

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "auth/tls_psk.h"
 #include "raw_client.h"
 #include "rpc_target.h"
 #include "wire/nvme_build.h"
@@ -242,6 +243,94 @@ TEST(RpcConfig, DiscoveryFollowsTheListenersAndTellsTheHost) {
   t.ok({"subsystem_create", "--nqn", "nqn.2026-12.io.example:new", "--namespaces", "null:1G"});
   ASSERT_TRUE(d.c.await(aer, nullptr, 0, nullptr, 0, 5000).ok());
   EXPECT_EQ(d.entries().size(), before.size() + 1);
+}
+
+// A host known by its PSK cannot be impersonated on the plain port with its (public) NQN, and
+// a subsystem can refuse every host that does not authenticate.
+TEST(RpcConfig, RequireTlsAndAuthBindSecurityToTheHost) {
+  RpcTarget t;
+  t.dport = free_port();
+  auth::ConfiguredPsk psk;
+  psk.transform = 1;
+  for (int i = 0; i < 32; ++i) psk.key.push_back(uint8_t(7 + 13 * i));
+  ASSERT_TRUE(write_file(t.dir.file("psk"), auth::format_tls_psk(psk) + "\n"));
+  const uint16_t tls_port = free_port();
+  ASSERT_EQ(t.start({"--tls-listen", "127.0.0.1:" + std::to_string(tls_port), "--tls",
+                     t.dir.file("psk")}),
+            "");
+  const std::string other = "nqn.2014-08.org.example:other-host";
+  Session before;  // connected in plain before the requirement
+  ASSERT_EQ(before.open(t.port, kNqn), "");
+
+  json r =
+      t.ok({"subsystem_set_security", "--nqn", kNqn, "--host", kHostNqn, "--require_tls", "true"});
+  EXPECT_EQ(r["require_tls"], json::array({kHostNqn}));
+  EXPECT_TRUE(before.admin.wait_closed(5000)) << "a plain controller of the host stayed";
+  Session plain;
+  std::string why = plain.open(t.port, kNqn);
+  EXPECT_NE(why.find("admin Connect"), std::string::npos) << "impersonated on the plain port";
+  Session someone;
+  someone.hostnqn = other;
+  EXPECT_EQ(someone.open(t.port, kNqn), "");  // hosts without the requirement still may
+  // Over TLS the host connects and verifies I/O.
+  RunResult perf = run_command({SENS_BINARY, "perf", "-r",
+                                "trtype:tcp traddr:127.0.0.1 trsvcid:" + std::to_string(tls_port) +
+                                    " subnqn:" + kNqn + " hostnqn:" + kHostNqn,
+                                "--tls", t.dir.file("psk"), "--rw", "randrw", "--qd", "4", "--time",
+                                "0.3", "--verify", "-q"},
+                               30000);
+  EXPECT_EQ(perf.code, 0) << perf.err;
+  // Its discovery log lists only the TLS port for it.
+  DiscoveryConnection d;
+  ASSERT_EQ(d.open(t.dport), "");
+  auto entries = d.entries();
+  EXPECT_EQ(
+      std::count(entries.begin(), entries.end(), "127.0.0.1:" + std::to_string(tls_port) + " nvme"),
+      1);
+  EXPECT_EQ(
+      std::count(entries.begin(), entries.end(), "127.0.0.1:" + std::to_string(t.port) + " nvme"),
+      0)
+      << ::testing::PrintToString(entries);
+
+  // Authentication of every host: the unkeyed host's controller goes, and it is refused.
+  EXPECT_NE(t.refused({"subsystem_set_security", "--nqn", kNqn, "--host", other, "--require_auth",
+                       "true"})
+                .find("has no DH-HMAC-CHAP key"),
+            std::string::npos);
+  t.ok({"subsystem_set_security", "--nqn", kNqn, "--require_auth", "true"});
+  EXPECT_TRUE(someone.admin.wait_closed(5000));
+  Session again;
+  again.hostnqn = other;
+  EXPECT_NE(again.open(t.port, kNqn), "");
+  json saved = t.ok({"save_config"})["subsystems"][0];
+  EXPECT_EQ(saved["require_tls"], json::array({kHostNqn}));
+  EXPECT_EQ(saved["require_auth"], true);
+  json listed = t.ok({"subsystem_list"})[0];
+  EXPECT_EQ(listed["require_auth"], true);
+  // Off again: the host connects in plain.
+  t.ok({"subsystem_set_security", "--nqn", kNqn, "--require_auth", "false"});
+  t.ok({"subsystem_set_security", "--nqn", kNqn, "--host", kHostNqn, "--require_tls", "false"});
+  Session back;
+  EXPECT_EQ(back.open(t.port, kNqn), "");
+  EXPECT_NE(t.rpc({"subsystem_set_security", "--nqn", kNqn}).code, 0);  // nothing to set
+  const std::string log = read_file(t.dir.file("err")) + read_file(t.dir.file("out"));
+  EXPECT_NE(log.find("must connect to '" + std::string(kNqn) + "' over TLS"), std::string::npos);
+}
+
+TEST(RpcConfig, RequireTlsWithoutATlsListenerStopsTheStart) {
+  TempDir dir;
+  std::string cfg = dir.file("t.json");
+  ASSERT_TRUE(write_file(cfg, R"({"subsystems": [{"nqn": ")" + std::string(kNqn) +
+                                  R"(", "namespaces": ["ram:8M"], "require_tls": true}]})"));
+  RunResult r = run_command({SENS_BINARY, "target", "--config", cfg, "--rpc", "none"}, 10000);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("require_tls, but the target has no TLS listener"), std::string::npos)
+      << r.err;
+  ASSERT_TRUE(write_file(
+      cfg, R"({"subsystems": [{"nqn": ")" + std::string(kNqn) + R"(", "require_auth": [42]}]})"));
+  r = run_command({SENS_BINARY, "target", "--config", cfg, "--rpc", "none"}, 10000);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("expected true, false or a list of host NQNs"), std::string::npos) << r.err;
 }
 
 }  // namespace
