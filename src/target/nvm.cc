@@ -63,16 +63,32 @@ void dsm_step(CommandQueue& q, Request& r) {
   q.complete(r, st::kSuccess);
 }
 
-// Flush to every namespace (NSID FFFFFFFFh), one after the other.
+uint16_t ana_status(uint8_t state);
+
+// Flush to every namespace (NSID FFFFFFFFh), one after the other. A namespace this host may
+// not write through this path (its ANA group not accessible here, another host's
+// reservation: Flush is a write to reservations) is not flushed, and the command ends with the
+// first such status once the others are: the host learns that not everything was flushed.
 void flush_step(CommandQueue& q, Request& r) {
-  // (walk_next: the last nsid flushed; namespaces removed meanwhile are skipped)
+  // (walk_next: the last nsid flushed; namespaces removed meanwhile are skipped;
+  // walk_count: the status of the first namespace skipped, 0: none)
   while (r.walk_next < kMaxNsid) {
     Namespace* ns = q.subsystem()->ns(++r.walk_next);
     if (!ns) continue;
+    uint16_t refused = 0;
+    if (uint8_t state = q.controller()->ana->state(ns->anagrpid);
+        state != ana::kOptimized && state != ana::kNonOptimized)
+      refused = ana_status(state);
+    else if (!(q.reservation_access(*ns) & resv::kMayWrite))
+      refused = resv::kConflict;
+    if (refused) {
+      if (!r.walk_count) r.walk_count = refused;
+      continue;
+    }
     q.bind_ns(r, ns);
     return q.submit(r, storage::Op::kFlush, 0, 0, nullptr);
   }
-  q.complete(r, st::kSuccess);
+  q.complete(r, uint16_t(r.walk_count));
 }
 
 // A device error as the host should see it: conditions that pass (no memory, busy) may be
@@ -256,6 +272,7 @@ void execute(CommandQueue& q, Request& r) {
     case nvme::io_op::kFlush:
       if (s.nsid == kBroadcastNsid) {
         r.walk_next = 0;
+        r.walk_count = 0;
         return flush_step(q, r);
       }
       return q.submit(r, storage::Op::kFlush, 0, 0, nullptr);

@@ -129,6 +129,14 @@ TEST_F(AnaTest, InaccessiblePathGetsAnaStatusWithoutDnr) {
   EXPECT_FALSE(r.cqe.dnr());
   // Group 1 through the same listener (non-optimized) works.
   EXPECT_EQ(write_read(b.io, 0, 4096, 7, true), "");
+  // A broadcast Flush flushes group 1 here and says that group 2 was not reached.
+  auto broadcast = nvme::make_io(nvme::io_op::kFlush, 0xFFFFFFFF, 0, 0, nvme::Xfer::kTransport, 0);
+  r = b.io.exec(broadcast);
+  ASSERT_TRUE(r.have_cqe) << r.describe();
+  EXPECT_EQ(r.status(), 0x302) << r.describe();
+  Session a;  // the optimized listener reaches every group
+  ASSERT_EQ(a.open(port_, kNqn), "");
+  EXPECT_TRUE(a.io.exec(broadcast).ok());
 }
 
 TEST_F(AnaTest, RunTimeChangeSendsAenAndChangesState) {
@@ -240,6 +248,10 @@ TEST_F(ReservationTest, WriteExclusiveLetsOthersReadOnly) {
   EXPECT_EQ(write_status(a.io), 0);
   EXPECT_EQ(read_status(b.io), 0);
   EXPECT_EQ(write_status(b.io), 0x083);
+  // A broadcast Flush is a write to reservations: B's is refused for namespace 1, A's runs.
+  auto broadcast = nvme::make_io(nvme::io_op::kFlush, 0xFFFFFFFF, 0, 0, nvme::Xfer::kTransport, 0);
+  EXPECT_EQ(b.io.exec(broadcast).status(), 0x083);
+  EXPECT_TRUE(a.io.exec(broadcast).ok());
   // B cannot acquire what A holds.
   EXPECT_EQ(resv(b.io, kAcquire, 1u << 8, 0xBBBB).status(), 0x083);
   // Release with the wrong type is an invalid field; with the right one it ends it.
