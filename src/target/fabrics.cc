@@ -79,12 +79,15 @@ void connect(CommandQueue& q, Request& r) {
     if (data.cntlid != 0xFFFF)
       return q.complete(r, st::kConnectInvalidParam,
                         ipo(offsetof(nvme::ConnectData, cntlid), true));
-    ctrl = ctx.registry.create_controller(sub, hostnqn, data.hostid, cmd.kato);
+    // Set before the controller is published: other reactors (its I/O queues' Connect) and the
+    // management path (disconnects, ANA notices) read these without the admin queue's thread.
+    ctrl = ctx.registry.create_controller(sub, hostnqn, data.hostid, cmd.kato, [&](Controller& c) {
+      c.auth = sub->auth_for(hostnqn);
+      c.peer = q.peer_address();
+      c.over_tls = q.tls_identity() != nullptr;
+      c.ana = q.ana_port() ? q.ana_port() : ctx.registry.default_ana();
+    });
     if (!ctrl) return q.complete(r, st::kConnectControllerBusy);
-    ctrl->auth = sub->auth_for(hostnqn);
-    ctrl->peer = q.peer_address();
-    ctrl->over_tls = q.tls_identity() != nullptr;
-    ctrl->ana = q.ana_port() ? q.ana_port() : ctx.registry.default_ana();
   } else {
     ctrl = ctx.registry.find_controller(data.cntlid);
     if (!ctrl || ctrl->subsystem != sub || ctrl->hostnqn != hostnqn)

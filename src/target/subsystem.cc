@@ -391,10 +391,9 @@ Subsystem* Registry::find(const std::string& nqn) {
   return nullptr;
 }
 
-std::shared_ptr<Controller> Registry::create_controller(Subsystem* subsystem,
-                                                        const std::string& hostnqn,
-                                                        const uint8_t hostid[16],
-                                                        uint32_t kato_ms) {
+std::shared_ptr<Controller> Registry::create_controller(
+    Subsystem* subsystem, const std::string& hostnqn, const uint8_t hostid[16], uint32_t kato_ms,
+    const std::function<void(Controller&)>& fill) {
   std::lock_guard<std::mutex> lock(mu_);
   // cntlid drawn at random from the configured range: a host that could guess another's
   // cntlid would only need its NQN and host ID to attach I/O queues to it. From the random
@@ -415,6 +414,7 @@ std::shared_ptr<Controller> Registry::create_controller(Subsystem* subsystem,
     c->hostnqn = hostnqn;
     std::memcpy(c->hostid, hostid, 16);
     c->kato_ms = kato_ms;
+    if (fill) fill(*c);  // before anyone else can find it
     controllers_.push_back(c);
     return c;
   }

@@ -5,6 +5,7 @@
 // and never locks.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -251,8 +252,10 @@ class Registry {
                                                         const std::string& ctrl_secret,
                                                         std::string* error);
 
-  std::shared_ptr<Controller> create_controller(Subsystem* subsystem, const std::string& hostnqn,
-                                                const uint8_t hostid[16], uint32_t kato_ms);
+  // A new controller with a free cntlid; `fill` sets the rest before it is published.
+  std::shared_ptr<Controller> create_controller(
+      Subsystem* subsystem, const std::string& hostnqn, const uint8_t hostid[16], uint32_t kato_ms,
+      const std::function<void(Controller&)>& fill = nullptr);
   std::shared_ptr<Controller> find_controller(uint16_t cntlid);
   void remove_controller(uint16_t cntlid);
   std::vector<std::shared_ptr<Controller>> controllers();
