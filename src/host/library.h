@@ -1,7 +1,14 @@
 #pragma once
 // The implementation behind include/sens/host.h: reactor threads (the controller's, and one
 // owner per shared connection), pollers, submitting queues and the three ways they reach a
-// connection (their own, a lock, per-submitter send-lists).
+// connection (their own, a lock, per-submitter send-lists). The code, by concern:
+//   library_threads.cc     ReactorThread, OwnerThread
+//   library_shared.cc      SharedConnection (connection sharing: send-lists, the lock, routing)
+//   library_poller.cc      PollerImpl
+//   library_queue.cc       IoQueueImpl (submission, cids, delivery)
+//   library_controller.cc  ControllerImpl (bring-up, queue creation, admin, shutdown)
+//   library_reconnect.cc   the reconnect protocol of all three (epochs, held cids, recovery)
+//   library_api.cc         the public classes of sens/host.h over these
 #include <sens/host.h>
 
 #include <atomic>
@@ -405,5 +412,14 @@ class ControllerImpl {
 
 // The ControllerOptions' coalescing settings, checked. "" or the error.
 std::string coalesce_config(const sens::ControllerOptions& o, coalesce::Config* out);
+// A poll mode by name (off|adaptive|always); adaptive when the name is not one.
+PollMode parse_poll_or_default(const std::string& name);
+
+// What a command gets when its connection is gone for good: no usable path.
+inline Completion path_error() {
+  Completion c;
+  c.status = kStatusHostPathError;
+  return c;
+}
 
 }  // namespace sens::host
