@@ -2,6 +2,7 @@
 // types' helpers, Poller, IoQueue and Controller (connect included).
 #include <cerrno>
 #include <cstdio>
+#include <thread>
 
 #include "host/library.h"
 
@@ -56,13 +57,21 @@ const char* controller_state_name(ControllerState s) {
 // ---- the public classes over the implementation ----
 
 Poller::Poller(const PollerOptions& options) : impl_(std::make_unique<host::PollerImpl>(options)) {}
-Poller::~Poller() = default;
+Poller::~Poller() {
+  // Inside its own process_completions (a callback): it goes once that returns.
+  if (impl_ && impl_->busy_here()) {
+    impl_->defer_self();
+    impl_.release();
+  }
+}
 int Poller::process_completions(uint32_t max, int64_t timeout_ns) {
   return impl_->process_completions(max, timeout_ns);
 }
 
 IoQueue::IoQueue(std::unique_ptr<host::IoQueueImpl> impl) : impl_(std::move(impl)) {}
-IoQueue::~IoQueue() = default;
+IoQueue::~IoQueue() {
+  host::IoQueueImpl::destroy(std::move(impl_));
+}
 
 int IoQueue::read(uint32_t nsid, uint64_t lba, uint32_t blocks, const iovec* iov, int iovcnt,
                   Callback cb, void* ctx) {
@@ -95,14 +104,21 @@ int IoQueue::connection() const {
   return impl_->connection();
 }
 
-Controller::Controller(std::unique_ptr<host::ControllerImpl> impl) : impl_(std::move(impl)) {}
+Controller::Controller(std::shared_ptr<host::ControllerImpl> impl) : impl_(std::move(impl)) {}
 Controller::~Controller() {
-  if (impl_) impl_->shutdown();
+  if (!impl_) return;
+  if (host::on_library_thread()) {
+    // From one of the library's threads (a callback without a poller, a connect, admin, AER or
+    // state callback): shutting down waits for those threads, so it runs on one of its own.
+    std::thread([impl = std::move(impl_)] { impl->shutdown(); }).detach();
+    return;
+  }
+  impl_->shutdown();
 }
 
 namespace {
 struct ConnectJob {
-  std::unique_ptr<host::ControllerImpl> impl;
+  std::shared_ptr<host::ControllerImpl> impl;
   ConnectCallback cb = nullptr;
   void* ctx = nullptr;
   std::promise<ConnectResult> promise;
@@ -133,7 +149,7 @@ static void start_connect(std::string_view trid_text, const ControllerOptions& o
     job->finish(std::move(r));
     return;
   }
-  job->impl = std::make_unique<host::ControllerImpl>(*trid, options);
+  job->impl = std::make_shared<host::ControllerImpl>(*trid, options);
   host::ControllerImpl* impl = job->impl.get();
   impl->control().run_job([job, impl] {
     ConnectResult r;
@@ -169,7 +185,7 @@ void Controller::connect(std::string_view trid, const ControllerOptions& options
   start_connect(trid, options, job);
 }
 
-std::unique_ptr<sens::Controller> host::ControllerImpl::wrap(std::unique_ptr<ControllerImpl> impl) {
+std::unique_ptr<sens::Controller> host::ControllerImpl::wrap(std::shared_ptr<ControllerImpl> impl) {
   return std::unique_ptr<sens::Controller>(new sens::Controller(std::move(impl)));
 }
 

@@ -3,6 +3,8 @@
 // shutdown. The reconnect protocol is in library_reconnect.cc.
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
 #include "common/log.h"
 #include "host/library.h"
@@ -48,7 +50,10 @@ ControllerImpl::ControllerImpl(const TransportId& trid, const sens::ControllerOp
 }
 
 ControllerImpl::~ControllerImpl() {
+  // The last of the Controller and its queues is gone: the threads go.
   shutdown();
+  shared_.clear();  // each leaves its owner thread; the last one on an owner joins it
+  control_->call([this] { ctrl_.reset(); });
   control_.reset();
 }
 
@@ -218,37 +223,87 @@ void ControllerImpl::set_state_callback(void (*cb)(void*, ControllerState), void
   });
 }
 
-void ControllerImpl::add_poller(PollerImpl* p) {
-  std::lock_guard<std::mutex> g(pollers_mu_);
-  pollers_.push_back(p);
+void ControllerImpl::add_queue(IoQueueImpl* q) {
+  std::lock_guard<std::mutex> g(queues_mu_);
+  queues_.push_back(q);
 }
 
-void ControllerImpl::remove_poller(PollerImpl* p) {
-  std::lock_guard<std::mutex> g(pollers_mu_);
-  auto it = std::find(pollers_.begin(), pollers_.end(), p);
-  if (it != pollers_.end()) pollers_.erase(it);
+void ControllerImpl::remove_queue(IoQueueImpl* q) {
+  std::lock_guard<std::mutex> g(queues_mu_);
+  auto it = std::find(queues_.begin(), queues_.end(), q);
+  if (it != queues_.end()) queues_.erase(it);
 }
 
 void ControllerImpl::notify_pollers() {
-  std::lock_guard<std::mutex> g(pollers_mu_);
-  for (PollerImpl* p : pollers_) p->request_recovery();
+  // A registered queue's poller is alive: a poller closes its queues (which leave this list,
+  // under this mutex) before it goes.
+  std::lock_guard<std::mutex> g(queues_mu_);
+  for (IoQueueImpl* q : queues_)
+    if (PollerImpl* p = q->poller()) p->request_recovery();
 }
 
 void ControllerImpl::shutdown() {
-  if (shut_) return;
+  if (shutdown_started_.exchange(true)) return;
   control_->call([this] {
     shut_ = true;
     control_->reactor().cancel(reconnect_timer_);
     control_->reactor().cancel(loss_timer_);
     state_.store(ControllerState::kClosed, std::memory_order_release);  // nothing held
   });
-  notify_pollers();
-  shared_.clear();  // closes each on its owner thread (failing what is held), joins the owners
-  control_->call([this] {
-    if (ctrl_) ctrl_->shutdown();
-    ctrl_.reset();
+  // Every I/O connection goes: what was in flight or held on a shared one completes aborted,
+  // on its owner thread (a queue without poller's callbacks run there, now; the others' wait
+  // on their lists). The connections and the threads stay until the last queue is gone.
+  for (auto& sc : shared_) {
+    SharedConnection* c = sc.get();
+    c->owner().thread().call([c] { c->shut_down(); });
+  }
+  notify_pollers();  // inline connections close on their pollers' threads
+  finish_queues();
+  const Nanos bound = std::min<Nanos>(2 * kSecond, Nanos(o_.abort_timeout_ms) * kMilli);
+  control_->call([this, bound] {
+    if (!ctrl_) return;
+    ctrl_->set_timeout_cap(std::max<Nanos>(bound, kMilli));
+    ctrl_->shutdown(bound);  // CC.SHN; the object stays (queues may still read its settings)
   });
   state_.store(ControllerState::kClosed, std::memory_order_release);
+}
+
+void ControllerImpl::finish_queues() {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(o_.abort_timeout_ms);
+  std::vector<PollerImpl*> ran;  // this thread's pollers run once at least
+  for (;;) {
+    PollerImpl* here = nullptr;
+    bool waiting = false;
+    {
+      std::lock_guard<std::mutex> g(queues_mu_);
+      for (IoQueueImpl* q : queues_) {
+        PollerImpl* p = q->poller();
+        if (!p) {
+          waiting |= q->inflight() > 0;  // callbacks on an owner thread
+        } else if (p->home_here()) {
+          // This thread's: run here (not from inside one of its callbacks, where it resumes
+          // when the callback returns).
+          if (p->busy_here()) continue;
+          const bool first = std::find(ran.begin(), ran.end(), p) == ran.end();
+          if (!here && (first || q->inflight() > 0)) here = p;
+          if (!first) waiting |= q->inflight() > 0;
+        } else {
+          waiting |= q->inflight() > 0;  // another thread's: its next process_completions
+        }
+      }
+    }
+    if (here) {
+      // One poller per scan: its callbacks may delete queues and pollers of this thread.
+      const bool first = std::find(ran.begin(), ran.end(), here) == ran.end();
+      if (first) ran.push_back(here);
+      here->request_recovery();
+      here->process_completions(0, first ? 0 : kMilli);
+      if (first || Clock::now() < deadline) continue;
+    }
+    if (!waiting || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 std::unique_ptr<sens::IoQueue> ControllerImpl::create_io_queue(Poller* poller, uint32_t depth,
@@ -264,7 +319,7 @@ std::unique_ptr<sens::IoQueue> ControllerImpl::create_io_queue(Poller* poller, u
     return nullptr;
   }
   PollerImpl* p = poller ? &poller->impl() : nullptr;
-  auto impl = std::make_unique<IoQueueImpl>(*this, p, depth);
+  auto impl = std::make_unique<IoQueueImpl>(shared_from_this(), p, depth);
   if (o_.share == ShareMode::kNone && p) {
     if (depth + 1 > mqes_) {
       err = "depth " + std::to_string(depth) + " needs " + std::to_string(depth + 1) +

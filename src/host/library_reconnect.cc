@@ -92,7 +92,7 @@ void SharedConnection::fail_link_held(SubmitterLink* l) {
   for (size_t i = 0; i < held_.size(); ++i) {
     const uint16_t cid = held_[i];
     if (link_of_[cid] == l)
-      route(cid, path_error());
+      route(cid, aborted_completion());  // its queue is being deleted
     else
       held_[keep++] = cid;
   }
@@ -115,18 +115,20 @@ void IoQueueImpl::on_inline_failure(void* ctx, Queue& q) {
   auto* self = static_cast<IoQueueImpl*>(ctx);
   if (self->closing_) return;
   self->poller_->mark_local_work();
-  self->ctrl_.connection_lost(self->epoch_,
-                              "I/O queue " + std::to_string(q.qid()) + ": " + q.error());
+  self->ctrl_->connection_lost(self->epoch_,
+                               "I/O queue " + std::to_string(q.qid()) + ": " + q.error());
 }
 
 void IoQueueImpl::recover() {
-  if (!failed_.empty()) fail_list(failed_);
+  if (!failed_.empty()) fail_list(failed_, gone());
   if (!inline_ || closing_) return;
-  const ControllerState st = ctrl_.state();
-  const uint64_t ep = ctrl_.epoch();
+  const ControllerState st = ctrl_->state();
+  const uint64_t ep = ctrl_->epoch();
   if (st == ControllerState::kFailed || st == ControllerState::kClosed) {
-    if (inline_->is_open()) inline_->close("controller failed");  // in flight: path error
-    fail_list(held_);
+    // In flight: the path error (failed), or aborted (the controller was deleted).
+    if (inline_->is_open())
+      inline_->close(st == ControllerState::kClosed ? "controller deleted" : "controller failed");
+    fail_list(held_, gone());
   } else if (st == ControllerState::kReconnecting) {
     if (inline_->is_open()) inline_->close("controller reconnecting");  // in flight: held
   } else if (ep != epoch_ && tried_ != ep) {
@@ -138,8 +140,8 @@ void IoQueueImpl::recover() {
 void IoQueueImpl::reconnect_inline(uint64_t ep) {
   if (inline_->is_open()) inline_->close("reconnecting");  // the old association's
   std::unique_ptr<Queue> q;
-  if (std::string err = ctrl_.open_io(poller_->reactor(), qid_, depth_, false, &q); !err.empty()) {
-    ctrl_.connection_lost(ep, "reconnect: " + err);
+  if (std::string err = ctrl_->open_io(poller_->reactor(), qid_, depth_, false, &q); !err.empty()) {
+    ctrl_->connection_lost(ep, "reconnect: " + err);
     return;
   }
   q->set_on_failure(&IoQueueImpl::on_inline_failure, this);
@@ -153,7 +155,7 @@ void IoQueueImpl::reconnect_inline(uint64_t ep) {
     (rq.retries ? retried : fresh) += 1;
     if (!inline_->is_open() || !inline_->submitv(rq.sqe, rq.iov, rq.iovcnt, rq.len, rq.dir,
                                                  &IoQueueImpl::on_inline_done, this, cid, cid)) {
-      if (ctrl_.may_hold())
+      if (ctrl_->may_hold())
         held_.push_back(cid);
       else
         failed_.push_back(cid), poller_->mark_local_work();
@@ -161,17 +163,22 @@ void IoQueueImpl::reconnect_inline(uint64_t ep) {
   }
   scratch_.clear();
   if (held_.capacity() < depth_) held_.reserve(depth_);
-  ctrl_.count_resent(retried, fresh);
+  ctrl_->count_resent(retried, fresh);
 }
 
 void IoQueueImpl::on_inline_done(void* ctx, uint64_t cid, const Completion& c) {
   auto* self = static_cast<IoQueueImpl*>(ctx);
-  if (!c.ok() && (c.status == kStatusHostPathError || c.status == kStatusHostAborted) &&
-      !self->closing_ && !self->inline_->is_open() && self->ctrl_.may_hold()) {
-    Request& r = self->requests_[cid];
-    if (r.retries < kMaxRetries) {
-      ++r.retries;
-      self->held_.push_back(uint16_t(cid));  // sent again once reconnected
+  if (!c.ok() && host_made(c.status)) {
+    if (!self->closing_ && !self->inline_->is_open() && self->ctrl_->may_hold()) {
+      Request& r = self->requests_[cid];
+      if (r.retries < kMaxRetries) {
+        ++r.retries;
+        self->held_.push_back(uint16_t(cid));  // sent again once reconnected
+        return;
+      }
+    }
+    if (self->closing_ || self->ctrl_->state() == ControllerState::kClosed) {
+      self->deliver(uint16_t(cid), aborted_completion());  // the queue or controller is deleted
       return;
     }
   }

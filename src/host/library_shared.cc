@@ -4,6 +4,7 @@
 // commands, reopen) is in library_reconnect.cc.
 #include <algorithm>
 
+#include "common/log.h"
 #include "host/library.h"
 
 namespace sens::host {
@@ -42,6 +43,32 @@ SharedConnection::~SharedConnection() {
     queue_.reset();
   });
   owner_.reset();  // the last connection of a shared owner joins its thread
+}
+
+void SharedConnection::abort_queued(SubmitterLink* l) {
+  uint16_t cids[64];
+  for (size_t n; (n = l->send.pop(cids, 64)) > 0;)
+    for (size_t k = 0; k < n; ++k) route(uint16_t(l->cid_base + cids[k]), aborted_completion());
+  fail_link_held(l);
+}
+
+void SharedConnection::abort_link(SubmitterLink* l) {
+  abort_queued(l);
+  if (!queue_ || !queue_->is_open()) return;
+  LOG_WARN(
+      "host: I/O connection %d reset: a deleted queue's commands were not answered within "
+      "abort_timeout_ms",
+      index_);
+  // Fails every command on it: l's complete aborted (route), the others are held for the
+  // reconnect the failure starts (on_queue_failure).
+  teardown("I/O queue deleted with commands unanswered");
+}
+
+void SharedConnection::shut_down() {
+  shut_ = true;  // route(): whatever the host makes up from here on is an abort
+  close("controller deleted");
+  fail_held();
+  for (SubmitterLink* l : links_) abort_queued(l);
 }
 
 std::string SharedConnection::open() {
@@ -169,11 +196,16 @@ void SharedConnection::route(uint16_t cid, const Completion& c) {
   SubmitterLink* l = link_of_[cid];
   if (!l) return;  // its queue is gone
   const uint16_t rel = uint16_t(cid - l->cid_base);
+  // A made-up failure for a command of a queue (or a controller) being deleted: aborted.
+  const Completion& out =
+      host_made(c.status) && (shut_ || l->closing.load(std::memory_order_acquire))
+          ? aborted_completion()
+          : c;
   if (!l->poller) {
-    l->queue.deliver(rel, c);  // callbacks on this (the owner) thread
+    l->queue.deliver(rel, out);  // callbacks on this (the owner) thread
     return;
   }
-  l->done.push({rel, c});  // never full: it holds the submitter's whole depth
+  l->done.push({rel, out});  // never full: it holds the submitter's whole depth
   if (!l->touched) {
     l->touched = true;
     touched_.push_back(l);

@@ -23,7 +23,16 @@ ReactorThread::~ReactorThread() {
   thread_.join();
 }
 
+namespace {
+thread_local bool t_library_thread = false;
+}  // namespace
+
+bool on_library_thread() {
+  return t_library_thread;
+}
+
 void ReactorThread::loop(const char* name, PollMode mode, Nanos max_spin) {
+  t_library_thread = true;
   prctl(PR_SET_NAME, name, 0, 0, 0);
   reactor_ = std::make_unique<Reactor>();
   reactor_->set_poll(mode, max_spin);
