@@ -38,7 +38,9 @@
 //
 // Threads. A Poller and the IoQueues it drives belong to one thread (the one that created
 // the Poller and calls process_completions): use and destroy them there. A queue without a
-// poller may be used from any one thread at a time. The Controller may be used from any thread.
+// poller may be used from any one thread at a time. The Controller may be used, and destroyed,
+// from any thread, while other threads still submit on its queues (a submission racing the
+// destructor is accepted and aborted; later ones get -ENODEV).
 //
 // Callbacks. A completion callback runs exactly once per accepted command (submit returned
 // 0), on the poller's thread inside process_completions or inside a destructor called on that
@@ -50,12 +52,12 @@
 //   - destroy this Poller: the same, it goes when process_completions returns;
 //   - destroy a queue without poller from its callback on a library thread: it is closed on a
 //     thread of the library's own, its remaining callbacks running on the owner thread;
-//   - destroy the Controller: from a poller's callback, the queues of that poller complete
-//     when the callback returns (the destructor does not wait for them); from a library thread
-//     (no-poller, connect, admin, AER and state callbacks) the shutdown runs on a thread of its
-//     own and the destructor returns at once.
-// Not legal from a callback: process_completions of the same poller (no nesting), and
-// Controller::shutdown() or admin_sync() on a library thread.
+//   - destroy the Controller: from a poller's callback, that poller's queues get their aborts
+//     once the callback returns, in this or its next process_completions (the destructor does
+//     not wait for them); from a library thread (no-poller, connect, admin, AER and state
+//     callbacks) the shutdown runs on a thread of its own and the destructor returns at once.
+// Not supported from a callback: process_completions of the same poller (no nesting), and
+// Controller::shutdown() or admin_sync() on a library thread (they wait for that thread).
 //
 // Commands in flight when an object goes. Each gets its callback exactly once before the
 // destructor returns (but for the deferred cases above), with its own completion if the

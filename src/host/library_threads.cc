@@ -18,8 +18,12 @@ ReactorThread::ReactorThread(const char* name, PollMode mode, Nanos max_spin) {
 }
 
 ReactorThread::~ReactorThread() {
-  stop_.store(true);
-  if (reactor_) reactor_->wake();
+  {
+    // The thread frees its reactor under mu_ once it sees stop_: not while this wakes it.
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+    if (reactor_) reactor_->wake();
+  }
   thread_.join();
 }
 

@@ -224,9 +224,9 @@ TEST_P(DeleteFromOwnerCallback, CidsComeBackAndEachCallbackRunsOnce) {
                     [](void* c, const Completion& comp) {
                       auto* r = static_cast<Rec*>(c);
                       if (std::this_thread::get_id() == r->sh->main) ++r->sh->on_main;
-                      r->status = comp.status.raw();
-                      ++r->calls;
                       if (r->sh->armed && !r->sh->deleted.exchange(true)) r->sh->q->reset();
+                      r->status = comp.status.raw();
+                      ++r->calls;  // last: the test thread may free r once it sees it
                     },
                     &recs[i]),
                 0);
@@ -340,9 +340,9 @@ TEST(Ownership, ControllerDeletedFromAnOwnerCallback) {
                     1, uint64_t(i) * 8, 8, &iov[i], 1,
                     [](void* c, const Completion& comp) {
                       auto* r = static_cast<Rec*>(c);
-                      r->status = comp.status.raw();
-                      ++r->calls;
                       if (r->sh->armed && !r->sh->deleted.exchange(true)) r->sh->ctrl->reset();
+                      r->status = comp.status.raw();
+                      ++r->calls;  // last: the test thread may free r once it sees it
                     },
                     &recs[i]),
                 0);
