@@ -25,6 +25,61 @@
 // Lost connections: the controller reconnects as the Linux host does (reconnect_delay_s,
 // ctrl_loss_tmo_s in ControllerOptions): I/O waits, then is retried, or fails with
 // Status::kHostPathError once ctrl_loss_tmo_s has passed.
+//
+// ---- Ownership and lifetimes ----
+//
+// Who owns what. The application owns the three objects (create_io_queue and connect hand
+// over a unique_ptr) and may destroy them in any order. The Controller owns the connections
+// to the NVM subsystem and the library's threads; each IoQueue also keeps the Controller's
+// internals alive (not the Controller), so a queue may outlive it: the threads and shared
+// connections end with the last of the Controller and its queues. A Poller owns nothing of
+// the Controller; its queues point to it until it goes. The caller owns every buffer, iovec
+// array and callback context until that command's callback has run.
+//
+// Threads. A Poller and the IoQueues it drives belong to one thread (the one that created
+// the Poller and calls process_completions): use and destroy them there. A queue without a
+// poller may be used from any one thread at a time. The Controller may be used, and destroyed,
+// from any thread, while other threads still submit on its queues (a submission racing the
+// destructor is accepted and aborted; later ones get -ENODEV).
+//
+// Callbacks. A completion callback runs exactly once per accepted command (submit returned
+// 0), on the poller's thread inside process_completions or inside a destructor called on that
+// thread (no poller: on a library thread). From a completion callback it is legal to:
+//   - submit on any queue of this thread (the same queue included);
+//   - destroy any IoQueue of this poller, the one whose callback runs included: the delete
+//     returns at once, and the queue is closed (below) when the outermost process_completions
+//     of this poller returns, its remaining commands' callbacks running then;
+//   - destroy this Poller: the same, it goes when process_completions returns;
+//   - destroy a queue without poller from its callback on a library thread: it is closed on a
+//     thread of the library's own, its remaining callbacks running on the owner thread;
+//   - destroy the Controller: from a poller's callback, that poller's queues get their aborts
+//     once the callback returns, in this or its next process_completions (the destructor does
+//     not wait for them); from a library thread (no-poller, connect, admin, AER and state
+//     callbacks) the shutdown runs on a thread of its own and the destructor returns at once.
+// Not supported from a callback: process_completions of the same poller (no nesting), and
+// Controller::shutdown() or admin_sync() on a library thread (they wait for that thread).
+//
+// Commands in flight when an object goes. Each gets its callback exactly once before the
+// destructor returns (but for the deferred cases above), with its own completion if the
+// controller's answer came first, else with Status::kAbortedSqDeletion (NVMe Generic Command
+// Status 08h, Command Aborted due to SQ Deletion, DNR clear: deleting a queue deletes its SQ,
+// which is what NVMe defines 08h for; 07h, Abort Requested, answers an Abort command naming
+// one command). The controller may have executed an aborted command or not, as with any
+// deleted SQ. After the callback the library never touches that command's buffers again.
+//   - ~IoQueue: on a connection of its own (ShareMode::kNone) the connection closes and every
+//     command is aborted at once. On a shared connection, commands not yet sent (and commands
+//     held while reconnecting) are aborted at once; commands on the wire get
+//     ControllerOptions::abort_timeout_ms to be answered, then that connection is reset (the
+//     other queues' commands on it are retried through a reconnect, as after a lost
+//     connection) and they are aborted. Its qid or cids are free again afterwards.
+//   - ~Poller: closes each queue it drives as ~IoQueue does; those queues stay valid objects
+//     whose submissions return -ENODEV, and may be destroyed later.
+//   - ~Controller: closes every connection; every command aborts. Queues without poller get
+//     their callbacks on the owner threads; queues on a poller of the calling thread get them
+//     inside the destructor (it runs that poller); queues on other threads' pollers get them in
+//     those threads' next process_completions, which the destructor waits for up to
+//     abort_timeout_ms. The shutdown handshake (CC.SHN) is bounded by the same timeout (2 s at
+//     most). Submissions on its queues return -ENODEV from then on.
 #include <sys/uio.h>
 
 #include <climits>
@@ -56,6 +111,9 @@ class Status {
   // What the host reports for errors it detects itself (the Linux host's values).
   static constexpr uint16_t kHostPathError = 0x370;  // no usable path: transport lost
   static constexpr uint16_t kHostAborted = 0x371;    // the command timed out
+  // Its queue, its queue's poller or its controller was deleted while it was in flight
+  // (NVMe Generic 08h, Command Aborted due to SQ Deletion): see "Ownership and lifetimes".
+  static constexpr uint16_t kAbortedSqDeletion = 0x008;
 
   constexpr Status() = default;
   constexpr explicit Status(uint16_t sct_sc, bool dnr = false) : raw_(sct_sc), dnr_(dnr) {}
@@ -105,6 +163,10 @@ struct ControllerOptions {
   std::string poll = "adaptive";
   uint32_t poll_max_us = 50;
   uint32_t io_timeout_ms = 30000, admin_timeout_ms = 10000, connect_timeout_ms = 10000;
+  // How long deleting an object waits for commands in flight (see "Ownership and lifetimes"):
+  // a shared connection's commands to be answered, other threads' pollers to deliver the
+  // aborts, the shutdown handshake. 5 s, as the Linux host's shutdown_timeout.
+  uint32_t abort_timeout_ms = 5000;
   uint32_t max_transfer = 1u << 20;  // the largest I/O the caller will submit (bytes)
   // DH-HMAC-CHAP, as nvme connect --dhchap-secret / --dhchap-ctrl-secret (DHHC-1:xx:...:):
   // every queue authenticates when the controller asks; with the controller's secret the
@@ -190,7 +252,7 @@ class Poller {
 
 class IoQueue {
  public:
-  ~IoQueue();  // commands still in flight are failed first (their callbacks run)
+  ~IoQueue();  // commands in flight complete first, aborted (see "Ownership and lifetimes")
   IoQueue(const IoQueue&) = delete;
   IoQueue& operator=(const IoQueue&) = delete;
 
@@ -242,7 +304,9 @@ class Controller {
   // The same; `cb` runs on the controller's thread once connected or failed.
   static void connect(std::string_view trid, const ControllerOptions& options, ConnectCallback cb,
                       void* ctx);
-  ~Controller();  // shuts the controller down (CC.SHN) and closes everything
+  // Shuts the controller down (CC.SHN) and closes every connection; commands in flight on any
+  // of its queues are aborted (see "Ownership and lifetimes").
+  ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
 
@@ -277,13 +341,13 @@ class Controller {
 
   host::ControllerImpl& impl() { return *impl_; }
 
-  // Orderly shutdown now (the destructor's work); idempotent.
+  // Orderly shutdown now (the destructor's work); idempotent. Not on a library thread.
   void shutdown();
 
  private:
   friend class host::ControllerImpl;
-  explicit Controller(std::unique_ptr<host::ControllerImpl> impl);
-  std::unique_ptr<host::ControllerImpl> impl_;
+  explicit Controller(std::shared_ptr<host::ControllerImpl> impl);
+  std::shared_ptr<host::ControllerImpl> impl_;  // shared with its queues
 };
 
 }  // namespace sens

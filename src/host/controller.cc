@@ -420,7 +420,7 @@ void Controller::on_keep_alive_timer() {
   if (!keep_alive_inflight_ && admin_->submit(nvme::make_keep_alive(), nullptr, 0, DataDir::kNone,
                                               &Controller::on_keep_alive_done, this, 0)) {
     keep_alive_inflight_ = true;
-    ++keep_alives_;
+    keep_alives_.fetch_add(1, std::memory_order_relaxed);
   }
   reactor_.arm(keep_alive_, reactor_.now() + options_.kato_ms * kMilli / 2);
 }

@@ -137,7 +137,7 @@ class Controller {
   // The first failure of any queue (or of a keep alive), "" while all is well.
   const std::string& error() const { return error_; }
   bool failed() const { return !error_.empty(); }
-  uint64_t keep_alives_sent() const { return keep_alives_; }
+  uint64_t keep_alives_sent() const { return keep_alives_.load(std::memory_order_relaxed); }
 
  private:
   Completion wait_command(Queue& q, const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir,
@@ -170,7 +170,7 @@ class Controller {
   std::string error_;
   Timer keep_alive_;
   bool keep_alive_inflight_ = false;
-  uint64_t keep_alives_ = 0;
+  std::atomic<uint64_t> keep_alives_{0};  // read from other threads (the library's API)
   bool shutting_down_ = false;
   std::vector<uint8_t> host_key_, ctrl_key_;  // transformed DH-HMAC-CHAP keys
   std::unique_ptr<transport::TlsContext> tls_;

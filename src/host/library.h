@@ -1,7 +1,14 @@
 #pragma once
 // The implementation behind include/sens/host.h: reactor threads (the controller's, and one
 // owner per shared connection), pollers, submitting queues and the three ways they reach a
-// connection (their own, a lock, per-submitter send-lists).
+// connection (their own, a lock, per-submitter send-lists). The code, by concern:
+//   library_threads.cc     ReactorThread, OwnerThread
+//   library_shared.cc      SharedConnection (connection sharing: send-lists, the lock, routing)
+//   library_poller.cc      PollerImpl
+//   library_queue.cc       IoQueueImpl (submission, cids, delivery)
+//   library_controller.cc  ControllerImpl (bring-up, queue creation, admin, shutdown)
+//   library_reconnect.cc   the reconnect protocol of all three (epochs, held cids, recovery)
+//   library_api.cc         the public classes of sens/host.h over these
 #include <sens/host.h>
 
 #include <atomic>
@@ -19,6 +26,10 @@
 #include "wire/nvme_build.h"
 
 namespace sens::host {
+
+// Whether the calling thread is one of the library's (a ReactorThread: the controller's, an
+// owner's). Work that waits for those threads is handed to a thread of its own from there.
+bool on_library_thread();
 
 // A reactor on a thread of its own. Jobs run at the top of its loop, outside any pass, so a
 // job may drive the reactor itself (connection set-up, synchronous admin commands).
@@ -173,6 +184,16 @@ class SharedConnection final : public PassHook, public PassEndHandler {
   const DrainStats& drain_stats() const { return drain_; }
   void reset_drain_stats() { drain_ = DrainStats{}; }
 
+  // Ownership (the owner thread). abort_queued: l's queue is being deleted: what it has not
+  // put on the wire (its send-list, its held commands) completes with
+  // kStatusAbortedSqDeletion. abort_link: the same, and the connection is reset if it is
+  // open (l's commands on the wire did not come back in time: they fail with the connection,
+  // the others are held for the reconnect as after any loss). shut_down: the controller is
+  // being deleted: the connection closes, everything of every link completes aborted.
+  void abort_queued(SubmitterLink* l);
+  void abort_link(SubmitterLink* l);
+  void shut_down();
+
   // PassHook: drains every submitter's send-list into the connection.
   bool on_pass() override;
   // PassEndHandler: wakes the pollers that got completions this pass.
@@ -203,11 +224,14 @@ class SharedConnection final : public PassHook, public PassEndHandler {
   // Held while reconnecting (cids). kSendList: the owner thread's; kLock: under lock_.
   std::vector<uint16_t> held_;
   uint64_t epoch_ = 0;  // the association the connection belongs to
+  bool shut_ = false;   // owner thread: the controller is being deleted
 };
 
 class PollerImpl final : public PassHook, public SleepGuard {
  public:
   explicit PollerImpl(const PollerOptions& o);
+  // Closes the queues still on it first: their commands complete (aborted), and they stay
+  // as empty shells (submissions -ENODEV) until their owners delete them.
   ~PollerImpl() override;
   Reactor& reactor() { return reactor_; }
   int process_completions(uint32_t max, int64_t timeout_ns);
@@ -216,6 +240,17 @@ class PollerImpl final : public PassHook, public SleepGuard {
   void count_delivered() { ++delivered_; }
   void add_queue(IoQueueImpl* q) { queues_.push_back(q); }
   void remove_queue(IoQueueImpl* q);
+  // Inside process_completions on the calling thread (its callbacks run there now). The
+  // thread test comes first: another thread never reads depth_.
+  bool busy_here() const { return home_here() && depth_ > 0; }
+  // The calling thread is the one that last drove this poller (or created it).
+  bool home_here() const {
+    return home_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
+  // A queue deleted inside process_completions (a callback): closed once it returns.
+  void defer_destroy(std::unique_ptr<IoQueueImpl> q);
+  // The poller itself was deleted inside process_completions: it goes once that returns.
+  void defer_self() { doomed_self_ = true; }
   // A controller changed state (any thread): the next process_completions reconnects, fails
   // or closes this poller's queues as it says.
   void request_recovery() {
@@ -236,6 +271,7 @@ class PollerImpl final : public PassHook, public SleepGuard {
 
  private:
   void recover();
+  void finish_deferred();  // depth_ 0: closes the doomed queues
 
   Reactor reactor_;
   std::vector<SubmitterLink*> links_;
@@ -246,12 +282,30 @@ class PollerImpl final : public PassHook, public SleepGuard {
   uint32_t budget_ = 0;  // completions left to take from lists in this call (0: no limit)
   bool limited_ = false;
   int delivered_ = 0;
+  int depth_ = 0;  // process_completions (or the destructor) running on home_
+  std::atomic<std::thread::id> home_;
+  std::vector<std::unique_ptr<IoQueueImpl>> doomed_;
+  bool doomed_self_ = false;
 };
 
 class IoQueueImpl {
  public:
-  IoQueueImpl(ControllerImpl& ctrl, PollerImpl* poller, uint32_t depth);
-  ~IoQueueImpl();
+  // Keeps the controller's internals (its threads, shared connections, qids) until it goes,
+  // so that it may outlive the sens::Controller.
+  IoQueueImpl(std::shared_ptr<ControllerImpl> ctrl, PollerImpl* poller, uint32_t depth);
+  ~IoQueueImpl();  // close()
+  // What sens::IoQueue's destructor does: close and free now, or, inside one of its poller's
+  // callbacks, once process_completions returns; on a library thread (a callback without a
+  // poller), on a thread of its own, since closing waits for the owner thread.
+  static void destroy(std::unique_ptr<IoQueueImpl> q);
+  // Ends the queue (idempotent): every command still in flight completes exactly once, with
+  // kStatusAbortedSqDeletion unless its answer came first: the inline connection closes at
+  // once; a shared connection's commands on the wire get options().abort_timeout_ms to come
+  // back before the connection is reset. Then its qid or cids, its links and its poller are
+  // given back; submissions get -ENODEV from then on.
+  void close();
+  // Its poller is being deleted (after close()).
+  void detach_poller() { poller_ = nullptr; }
   // Set-up (on the poller's thread): an inline connection, or a link to a shared one.
   std::string attach_inline(uint16_t qid);
   std::string attach_shared(SharedConnection& c);
@@ -267,6 +321,7 @@ class IoQueueImpl {
   uint32_t depth() const { return depth_; }
   uint32_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
   int connection() const { return shared_ ? shared_->index() : -1; }
+  bool closed() const { return closed_; }
   Queue* inline_queue() { return inline_.get(); }
   SharedConnection* shared() { return shared_; }
   PollerImpl* poller() { return poller_; }
@@ -277,9 +332,15 @@ class IoQueueImpl {
   bool pop_cid(uint16_t* cid);
   void fail_later(uint16_t cid);  // a command of a failed controller: path error, later
   void reconnect_inline(uint64_t epoch);
-  void fail_list(std::vector<uint16_t>& list);
+  // Completes every cid of `list` with `c`.
+  void fail_list(std::vector<uint16_t>& list, const Completion& c);
+  // What a command whose connection went gets: aborted when the queue or the controller is
+  // being deleted, else the path error.
+  Completion gone() const;
+  void close_link();  // close(), a shared connection's part
+  void drain_done();  // delivers what the owner put on this queue's completion list
 
-  ControllerImpl& ctrl_;
+  std::shared_ptr<ControllerImpl> ctrl_;
   PollerImpl* poller_;
   uint32_t depth_;
   std::unique_ptr<Queue> inline_;
@@ -296,14 +357,17 @@ class IoQueueImpl {
   // and the last one a reconnect was tried for.
   std::vector<uint16_t> held_, failed_, scratch_;
   uint64_t epoch_ = 0, tried_ = 0;
-  bool closing_ = false;
+  bool closing_ = false;  // close() runs: nothing is held any more
+  bool closed_ = false;   // close() ran (or runs): submissions -ENODEV
 };
 
-class ControllerImpl {
+// Shared: sens::Controller and each IoQueueImpl hold it, so its threads and connections stay
+// until the last of them goes (shutdown() closes the connections when the Controller goes).
+class ControllerImpl : public std::enable_shared_from_this<ControllerImpl> {
  public:
   ControllerImpl(const TransportId& trid, const sens::ControllerOptions& o);
   ~ControllerImpl();
-  static std::unique_ptr<sens::Controller> wrap(std::unique_ptr<ControllerImpl> impl);
+  static std::unique_ptr<sens::Controller> wrap(std::shared_ptr<ControllerImpl> impl);
   // On the controller thread: the whole bring-up. "" or the error.
   std::string bring_up();
   void shutdown();
@@ -328,8 +392,9 @@ class ControllerImpl {
   sens::ControllerCounters counters() const;
   std::string last_error() const;
   void set_state_callback(void (*cb)(void*, ControllerState), void* ctx);
-  void add_poller(PollerImpl* p);
-  void remove_poller(PollerImpl* p);
+  // Every queue not closed yet, for notify_pollers() and shutdown().
+  void add_queue(IoQueueImpl* q);
+  void remove_queue(IoQueueImpl* q);
 
   // Makes I/O queue `qid` on `reactor` (called on its thread, which drives it here): the TCP
   // connection, ICReq/ICResp, Fabrics Connect and DH-HMAC-CHAP when asked; `*out` on success.
@@ -369,6 +434,9 @@ class ControllerImpl {
   void set_state(ControllerState s);
   void set_error(const std::string& why);
   void notify_pollers();
+  // shutdown(): the queues' aborted completions delivered (this thread's pollers run here,
+  // others' in their next call), waited for up to abort_timeout_ms.
+  void finish_queues();
 
   TransportId trid_;
   sens::ControllerOptions o_;
@@ -391,6 +459,7 @@ class ControllerImpl {
   void* aer_ctx_ = nullptr;
   bool aer_outstanding_ = false;
   std::atomic<bool> shut_{false};
+  std::atomic<bool> shutdown_started_{false};
   std::atomic<uint64_t> epoch_{1};
   Timer reconnect_timer_, loss_timer_;  // the controller thread's reactor
   Nanos loss_deadline_ = 0;
@@ -399,11 +468,35 @@ class ControllerImpl {
   std::atomic<uint64_t> losses_{0}, attempts_{0}, reconnects_{0}, retried_{0}, held_{0};
   mutable std::mutex error_mu_;
   std::string last_error_;
-  std::mutex pollers_mu_;
-  std::vector<PollerImpl*> pollers_;  // one entry per queue driven by a poller
+  std::mutex queues_mu_;
+  std::vector<IoQueueImpl*> queues_;  // not closed yet
 };
 
 // The ControllerOptions' coalescing settings, checked. "" or the error.
 std::string coalesce_config(const sens::ControllerOptions& o, coalesce::Config* out);
+// A poll mode by name (off|adaptive|always); adaptive when the name is not one.
+PollMode parse_poll_or_default(const std::string& name);
+
+// What a command gets when its connection is gone for good: no usable path.
+inline Completion path_error() {
+  Completion c;
+  c.status = kStatusHostPathError;
+  return c;
+}
+
+// What a command in flight gets when its queue (or its controller, or its queue's poller) is
+// deleted: Generic Command Status 08h, Command Aborted due to SQ Deletion. NVMe defines it for
+// exactly this, the submission queue a command was on went away; 07h (Abort Requested) is
+// the answer to an Abort command naming the command. DNR clear: another queue may retry it.
+inline constexpr uint16_t kStatusAbortedSqDeletion = 0x008;
+inline Completion aborted_completion() {
+  Completion c;
+  c.status = kStatusAbortedSqDeletion;
+  return c;
+}
+// A status the host made up for a command whose connection went (not the controller's).
+inline bool host_made(uint16_t status) {
+  return status == kStatusHostPathError || status == kStatusHostAborted;
+}
 
 }  // namespace sens::host
