@@ -9,6 +9,7 @@
 #include "buffers/buffer_pool.h"
 #include "coalesce/scheduler.h"
 #include "reactor/reactor.h"
+#include "target/qos.h"
 
 namespace sens::target {
 
@@ -32,6 +33,8 @@ struct SubsystemConfig {
   // This subsystem's own coalescing (coalescing_set --nqn, or "coalesce" in its JSON object:
   // the target's settings with the keys given there replaced); none: the target's.
   std::optional<coalesce::Config> coalesce;
+  // IOPS and bandwidth limits per namespace and per host ("qos" in its JSON object; qos_set).
+  qos::Config qos;
 };
 
 // ANA (Asymmetric Namespace Access) states, as the ANA log page codes them (NVMe Base 2.0

@@ -89,6 +89,9 @@ std::vector<std::string> Target::apply_config(const TargetConfig& fresh) {
     if (any != had)
       note(want.nqn + (any ? ": any host allowed" : ": only listed hosts allowed"),
            set_allow_any_host(want.nqn, any));
+    if (want.qos != have.qos)
+      note(want.nqn + ": qos limits " + (want.qos.empty() ? "lifted" : "set"),
+           set_qos(want.nqn, want.qos));
     if (want.coalesce != have.coalesce)
       note(want.nqn + ": coalescing " + (want.coalesce ? "retuned" : "the target's again"),
            want.coalesce ? set_coalescing(want.nqn, *want.coalesce) : clear_coalescing(want.nqn));
