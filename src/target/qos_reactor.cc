@@ -77,6 +77,15 @@ void ReactorQos::apply(const Subsystem* sub, const qos::Config& config, uint32_t
   if (s.ns.empty() && s.hosts.empty()) subs_.erase(sub);
 }
 
+void ReactorQos::lift_all() {
+  ++generation_;
+  for (auto& [sub, s] : subs_) {
+    for (auto& e : s.ns) retire(std::move(e));
+    for (auto& [host, e] : s.hosts) retire(std::move(e));
+  }
+  subs_.clear();
+}
+
 qos::Counters ReactorQos::totals() const {
   qos::Counters t = retired_;
   auto add = [&t](const Entry* e) {

@@ -61,6 +61,9 @@ class ReactorQos {
   // none). Waiters of a limit lifted go at once; those of a limit changed wait by the new
   // rates.
   void apply(const Subsystem* sub, const qos::Config& config, uint32_t share);
+  // A graceful stop: every limit is lifted on this reactor and the waiters go at once (the
+  // stop waits for the commands already started; tokens would make it wait by the rate).
+  void lift_all();
   // Every limiter's counters summed (those removed since included).
   qos::Counters totals() const;
   // {"limited_commands": n, "throttled": n, "delay_us": n}

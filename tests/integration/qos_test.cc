@@ -5,7 +5,11 @@
 // mainly an upper bound, and progress with no error.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "child_process.h"
 #include "rpc_target.h"
@@ -111,6 +115,35 @@ TEST(Qos, ALimitSetLiveTakesEffectAndLiftingItRestoresSpeed) {
   EXPECT_GE(host.iops, 500 * 0.5) << host.out;
   PerfRun other = perf(t.port, "0.5");
   EXPECT_GT(other.iops, 500 * 2.0) << other.out;
+}
+
+// A graceful stop does not wait for throttled commands to earn their tokens: the limits
+// are lifted once the stop has begun, so commands already started are answered at once.
+TEST(Qos, AStopDoesNotWaitForThrottledCommands) {
+  RpcTarget t;
+  ASSERT_EQ(
+      t.start({"--config", config_with_qos(t, R"({"namespaces": {"1": {"total_iops": 5}}})")}), "");
+  std::string trid =
+      "trtype:tcp traddr:127.0.0.1 trsvcid:" + std::to_string(t.port) + " subnqn:" + kNqn;
+  Child perf;
+  ASSERT_TRUE(perf.start({SENS_BINARY, "perf", "-r", trid, "--rw", "randread", "--qd", "32",
+                          "--time", "20", "--size", "16M", "-q"},
+                         t.dir.file("perf.out"), t.dir.file("perf.err")));
+  // 32 commands outstanding at 5 a second: most wait (for up to 6 s each).
+  for (int i = 0; i < 50; ++i) {
+    json stats = t.ok({"stats_get"});
+    if (stats["qos"]["throttled"].get<uint64_t>() >= 20) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(t.ok({"stats_get"})["qos"]["throttled"].get<uint64_t>(), 20u);
+  auto begin = std::chrono::steady_clock::now();
+  ASSERT_TRUE(t.child.signal(SIGTERM));
+  EXPECT_EQ(t.child.wait(15000), 0) << read_file(t.dir.file("err"));
+  auto took = std::chrono::steady_clock::now() - begin;
+  EXPECT_LT(took, std::chrono::seconds(3)) << read_file(t.dir.file("err"));
+  EXPECT_EQ(read_file(t.dir.file("err")).find("unanswered"), std::string::npos)
+      << read_file(t.dir.file("err"));
+  perf.kill_now();
 }
 
 TEST(Qos, BadInputsAreRefused) {
