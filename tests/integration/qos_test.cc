@@ -28,8 +28,8 @@ struct PerfRun {
   std::string out;
 };
 
-PerfRun perf(uint16_t port, const std::string& seconds, const std::string& bs = "4k",
-             const std::string& rw = "randread", bool host = false) {
+PerfRun perf_run(uint16_t port, const std::string& seconds, const std::string& bs = "4k",
+                 const std::string& rw = "randread", bool host = false) {
   std::string trid = "trtype:tcp traddr:127.0.0.1 trsvcid:" + std::to_string(port) +
                      " subnqn:" + kNqn + (host ? std::string(" hostnqn:") + kHost : "");
   RunResult r = run_command({SENS_BINARY, "perf", "-r", trid, "--rw", rw, "--bs", bs, "--qd", "16",
@@ -60,7 +60,7 @@ TEST(Qos, ANamespaceLimitedInTheConfigHoldsPerfNearItsLimit) {
   ASSERT_EQ(
       t.start({"--config", config_with_qos(t, R"({"namespaces": {"1": {"total_iops": 2000}}})")}),
       "");
-  PerfRun p = perf(t.port, "1");
+  PerfRun p = perf_run(t.port, "1");
   EXPECT_EQ(p.errors, 0u) << p.out;
   // 2000 a second plus the 20 the bucket holds at the start; progress at all under a noisy
   // machine is the lower bound's point.
@@ -77,12 +77,12 @@ TEST(Qos, ABandwidthLimitCountsBytes) {
   RpcTarget t;
   ASSERT_EQ(
       t.start({"--config", config_with_qos(t, R"({"namespaces": {"1": {"read_mibps": 8}}})")}), "");
-  PerfRun p = perf(t.port, "1", "64k");
+  PerfRun p = perf_run(t.port, "1", "64k");
   EXPECT_EQ(p.errors, 0u) << p.out;
   EXPECT_LE(p.bw, 8 * 1.2 * (1 << 20)) << p.out;
   EXPECT_GE(p.bw, 8 * 0.5 * (1 << 20)) << p.out;
   // Writes are not read-limited.
-  PerfRun w = perf(t.port, "0.5", "64k", "randwrite");
+  PerfRun w = perf_run(t.port, "0.5", "64k", "randwrite");
   EXPECT_EQ(w.errors, 0u) << w.out;
   EXPECT_GT(w.bw, 8 * 2.0 * (1 << 20)) << w.out;
 }
@@ -92,7 +92,7 @@ TEST(Qos, ALimitSetLiveTakesEffectAndLiftingItRestoresSpeed) {
   ASSERT_EQ(t.start(), "");
   json set = t.ok({"qos_set", "--nqn", kNqn, "--nsid", "1", "--read_iops", "1000"});
   EXPECT_EQ(set["limits"], json::parse(R"({"read_iops": 1000})"));
-  PerfRun limited = perf(t.port, "1");
+  PerfRun limited = perf_run(t.port, "1");
   EXPECT_EQ(limited.errors, 0u) << limited.out;
   EXPECT_LE(limited.iops, 1000 * 1.2) << limited.out;
   EXPECT_GE(limited.iops, 1000 * 0.5) << limited.out;
@@ -104,16 +104,16 @@ TEST(Qos, ALimitSetLiveTakesEffectAndLiftingItRestoresSpeed) {
   // Lifted: faster than the limit again.
   t.ok({"qos_set", "--nqn", kNqn, "--nsid", "1", "--clear", "true"});
   EXPECT_EQ(t.ok({"qos_get", "--nqn", kNqn}), json::object());
-  PerfRun free = perf(t.port, "0.5");
+  PerfRun free = perf_run(t.port, "0.5");
   EXPECT_EQ(free.errors, 0u) << free.out;
   EXPECT_GT(free.iops, 1000 * 2.0) << free.out;
   // A host's limit: that host is held, another host is not.
   t.ok({"qos_set", "--nqn", kNqn, "--host", kHost, "--total_iops", "500"});
-  PerfRun host = perf(t.port, "1", "4k", "randread", true);
+  PerfRun host = perf_run(t.port, "1", "4k", "randread", true);
   EXPECT_EQ(host.errors, 0u) << host.out;
   EXPECT_LE(host.iops, 500 * 1.2) << host.out;
   EXPECT_GE(host.iops, 500 * 0.5) << host.out;
-  PerfRun other = perf(t.port, "0.5");
+  PerfRun other = perf_run(t.port, "0.5");
   EXPECT_GT(other.iops, 500 * 2.0) << other.out;
 }
 
@@ -144,6 +144,37 @@ TEST(Qos, AStopDoesNotWaitForThrottledCommands) {
   EXPECT_EQ(read_file(t.dir.file("err")).find("unanswered"), std::string::npos)
       << read_file(t.dir.file("err"));
   perf.kill_now();
+}
+
+// A host that goes away with commands throttled: they leave their limiter's queue with the
+// connection, and the target serves the next host (unlimited again) with no error.
+TEST(Qos, AHostThatGoesAwayWhileThrottledLeavesNothingBehind) {
+  RpcTarget t;
+  ASSERT_EQ(t.start(), "");
+  t.ok({"qos_set", "--nqn", kNqn, "--nsid", "1", "--total_iops", "5"});
+  std::string trid =
+      "trtype:tcp traddr:127.0.0.1 trsvcid:" + std::to_string(t.port) + " subnqn:" + kNqn;
+  Child perf;
+  ASSERT_TRUE(perf.start({SENS_BINARY, "perf", "-r", trid, "--rw", "randwrite", "--qd", "32",
+                          "--queues", "2", "--time", "20", "--size", "16M", "-q"},
+                         t.dir.file("perf.out"), t.dir.file("perf.err")));
+  for (int i = 0; i < 50; ++i) {
+    if (t.ok({"stats_get"})["qos"]["throttled"].get<uint64_t>() >= 40) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  perf.kill_now();  // gone with ~60 commands waiting for tokens
+  for (int i = 0; i < 50; ++i) {
+    if (t.ok({"stats_get"})["reactors"][0]["open_connections"].get<uint64_t>() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  json stats = t.ok({"stats_get"});
+  EXPECT_EQ(stats["reactors"][0]["open_connections"], 0) << stats["reactors"][0];
+  EXPECT_GE(stats["qos"]["throttled"].get<uint64_t>(), 40u);
+  t.ok({"qos_set", "--nqn", kNqn, "--nsid", "1", "--clear", "true"});
+  PerfRun p = perf_run(t.port, "0.5");
+  EXPECT_EQ(p.errors, 0u) << p.out;
+  EXPECT_GT(p.iops, 100) << p.out;
+  EXPECT_TRUE(t.child.running());
 }
 
 TEST(Qos, BadInputsAreRefused) {
