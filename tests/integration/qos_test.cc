@@ -1,7 +1,8 @@
 // QoS against a real `sens target` with `sens perf`: a namespace limited in the config holds
 // perf near its limit with no error; a limit set live over the RPC takes effect, a host's
-// limit too, and lifting it restores the speed; save_config keeps the limits; bad inputs
-// (config and RPC) are refused with the reason. Bounds are loose (the machine is shared):
+// limit too, and lifting it restores the speed; save_config and load_config carry the limits;
+// two reactors share one; a stop or a host gone does not wait on throttled commands; bad
+// inputs (config and RPC) are refused with the reason. Bounds are loose (the machine is shared):
 // mainly an upper bound, and progress with no error.
 #include <gtest/gtest.h>
 
@@ -175,6 +176,33 @@ TEST(Qos, AHostThatGoesAwayWhileThrottledLeavesNothingBehind) {
   EXPECT_EQ(p.errors, 0u) << p.out;
   EXPECT_GT(p.iops, 100) << p.out;
   EXPECT_TRUE(t.child.running());
+}
+
+// Two reactors each enforce half of a limit: a host whose two queues land on both holds the
+// whole limit. A file applied with load_config sets limits too.
+TEST(Qos, TwoReactorsShareALimitAndLoadConfigSetsOne) {
+  RpcTarget t;
+  ASSERT_EQ(t.start({"--cores", "2"}), "");
+  std::string cfg = config_with_qos(t, R"({"namespaces": {"1": {"total_iops": 2000}}})");
+  json changes = t.ok({"load_config", "--path", cfg});
+  EXPECT_NE(changes.dump().find("qos limits set"), std::string::npos) << changes;
+  EXPECT_EQ(t.ok({"qos_get", "--nqn", kNqn}),
+            json::parse(R"({"namespaces": {"1": {"total_iops": 2000}}})"));
+  std::string trid =
+      "trtype:tcp traddr:127.0.0.1 trsvcid:" + std::to_string(t.port) + " subnqn:" + kNqn;
+  RunResult r = run_command({SENS_BINARY, "perf", "-r", trid, "--rw", "randread", "--qd", "16",
+                             "--queues", "2", "--time", "1", "--size", "16M", "-q", "--json", "-"},
+                            60000);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  json j = json::parse(r.out.substr(r.out.find('{')), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j.value("errors", uint64_t(1)), 0u) << r.out;
+  EXPECT_LE(j.value("iops", 0.0), 2000 * 1.2) << r.out;
+  EXPECT_GE(j.value("iops", 0.0), 2000 * 0.5) << r.out;
+  json stats = t.ok({"stats_get"});
+  ASSERT_EQ(stats["reactors"].size(), 2u);
+  for (auto& reactor : stats["reactors"])  // both reactors held their half
+    EXPECT_GT(reactor["qos"]["throttled"].get<uint64_t>(), 0u) << stats["reactors"];
 }
 
 TEST(Qos, BadInputsAreRefused) {
