@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 namespace sens::target::qos {
 
@@ -126,6 +127,49 @@ json config_json(const Config& c) {
   for (auto& [nsid, l] : c.namespaces) j["namespaces"][std::to_string(nsid)] = limits_json(l);
   for (auto& [host, l] : c.hosts) j["hosts"][host] = limits_json(l);
   return j;
+}
+
+bool parse_option(const std::string& text, Config* out, std::string* error) {
+  const std::string usage = "expected ns=NSID,KEY=N,... or host=HOSTNQN,KEY=N,...";
+  std::vector<std::string> items;
+  for (size_t start = 0; start <= text.size();) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    items.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  auto fail = [&](const std::string& why) { return *error = "'" + text + "': " + why, false; };
+  bool ns = items[0].rfind("ns=", 0) == 0, host = items[0].rfind("host=", 0) == 0;
+  if (!ns && !host) return fail(usage);
+  std::string name = items[0].substr(ns ? 3 : 5);
+  uint32_t nsid = 0;
+  if (ns && !parse_nsid(name, &nsid)) return fail("an nsid is 1..1024");
+  if (host && !host_nqn(name)) return fail("'" + name + "' is not a host NQN (nqn.…)");
+  if (items.size() < 2) return fail("no limit given (" + usage + ")");
+  Limits l = ns ? out->namespaces[nsid] : out->hosts[name];
+  json given = json::object();
+  for (size_t i = 1; i < items.size(); ++i) {
+    size_t eq = items[i].find('=');
+    std::string key = items[i].substr(0, eq),
+                value = eq == std::string::npos ? "" : items[i].substr(eq + 1);
+    if (value.empty() || value.size() > 19 ||
+        !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return fail("'" + items[i] + "': expected KEY=N (N an integer)");
+    given[key] = std::stoull(value);
+  }
+  if (!parse_limits(given, "'" + text + "'", &l, error)) return false;
+  if (ns) {
+    if (l.any())
+      out->namespaces[nsid] = l;
+    else
+      out->namespaces.erase(nsid);
+  } else {
+    if (l.any())
+      out->hosts[name] = l;
+    else
+      out->hosts.erase(name);
+  }
+  return true;
 }
 
 std::string check_config(const Config& c) {

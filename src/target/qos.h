@@ -57,6 +57,9 @@ nlohmann::json limits_json(const Limits& l);  // the non-zero keys only
 bool parse_config(const nlohmann::json& v, const std::string& where, Config* out,
                   std::string* error);
 nlohmann::json config_json(const Config& c);
+// The command line's --qos: "ns=NSID,KEY=N[,KEY=N...]" or "host=HOSTNQN,KEY=N[,...]"; the
+// keys given replace those already set for that entity in *out.
+bool parse_option(const std::string& text, Config* out, std::string* error);
 // "" or what is wrong (an nsid out of 1..1024, a host that is not an NQN, a value too large).
 std::string check_config(const Config& c);
 

@@ -205,6 +205,29 @@ TEST(Qos, TwoReactorsShareALimitAndLoadConfigSetsOne) {
     EXPECT_GT(reactor["qos"]["throttled"].get<uint64_t>(), 0u) << stats["reactors"];
 }
 
+// --qos on the command line: the limits land in the subsystem (--dump-config shows them);
+// a bad one stops the start with the reason.
+TEST(Qos, TheCommandLineOption) {
+  RunResult r = run_command(
+      {SENS_BINARY, "target", "--ns", "ram:16M", "--qos", "ns=1,read_iops=2000,total_mibps=100",
+       "--qos", std::string("host=") + kHost + ",write_iops=50", "--dump-config"},
+      10000);
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["subsystems"][0]["qos"],
+            json::parse(R"({"namespaces": {"1": {"read_iops": 2000, "total_mibps": 100}},
+                            "hosts": {")" +
+                        std::string(kHost) + R"(": {"write_iops": 50}}})"));
+  r = run_command(
+      {SENS_BINARY, "target", "--ns", "ram:16M", "--qos", "ns=1,read_iops=-5", "--dump-config"},
+      10000);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--qos 'ns=1,read_iops=-5': 'read_iops=-5': expected KEY=N"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(Qos, BadInputsAreRefused) {
   RpcTarget t;
   ASSERT_EQ(t.start(), "");

@@ -247,5 +247,36 @@ TEST(QosConfig, RefusesWithTheKeyNamed) {
   EXPECT_EQ(check_config(c), "qos namespace 2000: 1..1024");
 }
 
+TEST(QosConfig, TheCommandLineOption) {
+  Config c;
+  std::string error;
+  ASSERT_TRUE(parse_option("ns=1,read_iops=2000,total_mibps=100", &c, &error)) << error;
+  ASSERT_TRUE(parse_option("ns=1,read_iops=500", &c, &error)) << error;  // replaces that key
+  ASSERT_TRUE(parse_option("host=nqn.2014-08.org.nvmexpress:uuid:1,write_iops=7", &c, &error));
+  EXPECT_EQ(config_json(c), json::parse(R"({"namespaces": {"1": {"read_iops": 500,
+      "total_mibps": 100}}, "hosts": {"nqn.2014-08.org.nvmexpress:uuid:1": {"write_iops": 7}}})"));
+  auto refuse = [](const std::string& text) {
+    Config c;
+    std::string error;
+    EXPECT_FALSE(parse_option(text, &c, &error)) << text;
+    return error;
+  };
+  EXPECT_EQ(refuse("1,read_iops=5"),
+            "'1,read_iops=5': expected ns=NSID,KEY=N,... or "
+            "host=HOSTNQN,KEY=N,...");
+  EXPECT_EQ(refuse("ns=0,read_iops=5"), "'ns=0,read_iops=5': an nsid is 1..1024");
+  EXPECT_EQ(refuse("ns=1"),
+            "'ns=1': no limit given (expected ns=NSID,KEY=N,... or "
+            "host=HOSTNQN,KEY=N,...)");
+  EXPECT_EQ(refuse("ns=1,read_iops=fast"),
+            "'ns=1,read_iops=fast': 'read_iops=fast': expected "
+            "KEY=N (N an integer)");
+  EXPECT_EQ(refuse("ns=1,reads=5"),
+            "'ns=1,reads=5': unknown key 'reads' (read_iops, "
+            "write_iops, total_iops, read_mibps, write_mibps, "
+            "total_mibps)");
+  EXPECT_EQ(refuse("host=h1,read_iops=5"), "'host=h1,read_iops=5': 'h1' is not a host NQN (nqn.…)");
+}
+
 }  // namespace
 }  // namespace sens::target::qos
