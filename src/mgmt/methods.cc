@@ -186,6 +186,26 @@ std::vector<MethodSpec> make_specs() {
        "carry.",
        "sens rpc load_config --path /etc/nvmet/config.json",
        {{"path", P::kString, true, "the file"}}},
+      {"qos_get",
+       "A subsystem's QoS limits: {\"namespaces\": {NSID: {...}}, \"hosts\": {NQN: {...}}} "
+       "(limits left out are none).",
+       "sens rpc qos_get --nqn NQN",
+       {kNqn}},
+      {"qos_set",
+       "Sets the IOPS and bandwidth limits of one namespace (nsid) or one host (host) of a "
+       "subsystem, from the next command; limits left out keep their value, 0 lifts one. Each "
+       "reactor enforces limit / reactors. Returns the entity's limits.",
+       "sens rpc qos_set --nqn NQN --nsid 1 --read_iops 2000 --total_mibps 100",
+       {kNqn,
+        {"nsid", P::kInt, false, "a namespace's limits (1..1024; it need not exist yet)"},
+        {"host", P::kString, false, "a host's limits (its NQN; all its controllers together)"},
+        {"read_iops", P::kInt, false, "reads a second (0: no limit)"},
+        {"write_iops", P::kInt, false, "writes (and Write Zeroes) a second"},
+        {"total_iops", P::kInt, false, "reads and writes a second"},
+        {"read_mibps", P::kInt, false, "MiB read a second"},
+        {"write_mibps", P::kInt, false, "MiB written a second"},
+        {"total_mibps", P::kInt, false, "MiB read and written a second"},
+        {"clear", P::kBool, false, "lift every limit of that namespace or host"}}},
   };
 }
 

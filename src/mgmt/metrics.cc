@@ -228,6 +228,13 @@ void reactor_metrics(Exposition& e, const target::MetricsSnapshot& m) {
   per_reactor(e, rs, "sens_connections_closed_total", "counter",
               "Connections closed and reaped, per reactor",
               [](auto& r) { return r.connections_closed; });
+  per_reactor(e, rs, "sens_qos_throttled_commands_total", "counter",
+              "I/O commands that waited for QoS tokens (a limit of their namespace or host)",
+              [](auto& r) { return r.qos_throttled; });
+  e.family("sens_qos_delay_seconds_total", "counter", "Time I/O commands waited for QoS tokens");
+  for (auto& r : rs)
+    e.sample("sens_qos_delay_seconds_total", {{"reactor", std::to_string(r.index)}},
+             double(r.qos_delay_ns) / 1e9);
   per_reactor(e, rs, "sens_reactor_polls_total", "counter", "Event polls (epoll_pwait2 calls)",
               [](auto& r) { return r.reactor.polls; });
   per_reactor(e, rs, "sens_reactor_sleeps_total", "counter",

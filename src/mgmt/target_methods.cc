@@ -423,6 +423,44 @@ std::map<std::string, Handler> target_handlers(Target& t) {
     }
     return json{{"changes", changes}, {"warnings", warnings}};
   };
+  h["qos_get"] = [&t](const json& p) {
+    std::string error;
+    target::qos::Config c = t.qos_config(str(p, "nqn"), &error);
+    check(error);
+    return target::qos::config_json(c);
+  };
+  h["qos_set"] = [&t](const json& p) {
+    namespace qos = target::qos;
+    std::string nqn = str(p, "nqn"), error;
+    bool by_ns = p.contains("nsid"), by_host = p.contains("host");
+    if (by_ns == by_host)
+      throw RpcError{kInvalidParams, "give nsid (a namespace's limits) or host (a host's)"};
+    qos::Config c = t.qos_config(nqn, &error);
+    check(error);
+    uint64_t nsid = num(p, "nsid");
+    std::string host = str(p, "host");
+    if (by_ns && (nsid < 1 || nsid > 1024)) throw RpcError{kInvalidParams, "nsid must be 1..1024"};
+    qos::Limits l = by_ns ? c.namespaces[uint32_t(nsid)] : c.hosts[host];
+    json given = json::object();
+    for (const char* key : qos::kKeys)
+      if (p.contains(key)) given[key] = p[key];
+    bool clear = p.contains("clear") && p["clear"].get<bool>();
+    if (given.empty() && !clear)
+      throw RpcError{kInvalidParams,
+                     "no limit given (read_iops, write_iops, total_iops, read_mibps, "
+                     "write_mibps, total_mibps; or clear)"};
+    if (clear && !given.empty()) throw RpcError{kInvalidParams, "clear takes no limit with it"};
+    if (clear) l = qos::Limits{};
+    if (!qos::parse_limits(given, "qos_set", &l, &error)) throw RpcError{kInvalidParams, error};
+    (by_ns ? c.namespaces[uint32_t(nsid)] : c.hosts[host]) = l;
+    check(t.set_qos(nqn, c));
+    json out = {{"nqn", nqn}, {"limits", qos::limits_json(l)}};
+    if (by_ns)
+      out["nsid"] = nsid;
+    else
+      out["host"] = host;
+    return out;
+  };
   return h;
 }
 

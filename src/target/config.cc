@@ -243,6 +243,7 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
       return "the discovery NQN cannot name an I/O subsystem";
     if (!nqns.insert(s.nqn).second) return "subsystem NQN '" + s.nqn + "' given twice";
     if (s.namespaces.empty()) return "subsystem '" + s.nqn + "' has no namespace";
+    if (auto e = qos::check_config(s.qos); !e.empty()) return "subsystem '" + s.nqn + "': " + e;
     if (s.namespaces.size() > 1024)
       return "subsystem '" + s.nqn + "' has more than 1024 namespaces";
     std::set<uint32_t> nsids;  // nsid=N, or the one after the previous namespace's

@@ -10,6 +10,7 @@
 #include "buffers/buffer_pool.h"
 #include "coalesce/scheduler.h"
 #include "reactor/reactor.h"
+#include "target/qos.h"
 
 namespace sens::target {
 
@@ -48,6 +49,8 @@ struct SubsystemConfig {
   // impersonated on a plain port with its public NQN), and hosts that must authenticate with
   // DH-HMAC-CHAP (a host without a key is refused). JSON: true, or a list of host NQNs.
   Requirement require_tls, require_auth;
+  // IOPS and bandwidth limits per namespace and per host ("qos" in its JSON object; qos_set).
+  qos::Config qos;
 };
 
 // ANA (Asymmetric Namespace Access) states, as the ANA log page codes them (NVMe Base 2.0

@@ -177,10 +177,12 @@ bool parse_subsystem(const json& s, const std::string& base_dir, SubsystemConfig
     } else if (k2 == "coalesce") {
       coalesce::Config scratch;  // checked here; applied over the target's once it is read
       if (!parse_coalesce(v2, "subsystem key 'coalesce'", &scratch, error)) return false;
+    } else if (k2 == "qos") {
+      if (!qos::parse_config(v2, "subsystem key 'qos'", &sc.qos, error)) return false;
     } else {
       *error = "unknown subsystem key '" + k2 +
                "' (nqn, namespaces, allowed_hosts, allow_any_host, host_keys, ctrl_keys, "
-               "dhchap_hashes, dhchap_dhgroups, serial, coalesce, require_tls, require_auth)";
+               "dhchap_hashes, dhchap_dhgroups, serial, coalesce, require_tls, require_auth, qos)";
       return false;
     }
   }
@@ -380,6 +382,7 @@ std::string to_json_text(const TargetConfig& c, bool with_secrets) {
       else if (!req.hosts.empty())
         sub[tls ? "require_tls" : "require_auth"] = req.hosts;
     }
+    if (!s.qos.empty()) sub["qos"] = qos::config_json(s.qos);
     j["subsystems"].push_back(sub);
   }
   std::vector<std::string> hashes, groups;

@@ -145,6 +145,7 @@ std::string Target::create_subsystem(const SubsystemConfig& sc) {
   if (auto error = validate(candidate); !error.empty()) return error;
   if (auto error = registry_.add_subsystem(sc); !error.empty()) return error;
   live_ = std::move(candidate);
+  if (!sc.qos.empty()) publish_qos(registry_.find(sc.nqn), sc.qos);
   discovery_changed();
   LOG_INFO("subsystem %s created (%zu namespace(s))", sc.nqn.c_str(), sc.namespaces.size());
   return "";
@@ -157,6 +158,7 @@ std::string Target::delete_subsystem(const std::string& nqn) {
   if (!sub || sub->discovery) return "no subsystem '" + nqn + "'";
   registry_.remove_subsystem(sub);  // no new Connect finds it
   disconnect_where([sub](const Controller& c) { return c.subsystem == sub; });
+  publish_qos(sub, {});  // its limiters go (their waiters were on its connections)
   for (Namespace* ns : sub->active_namespaces()) {
     std::string note;
     retire_namespace(sub, ns->nsid, 5 * kSecond, &note);

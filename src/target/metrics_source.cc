@@ -135,6 +135,9 @@ ReactorSnapshot ReactorContext::collect_metrics() {
   s.coalesce = total_stats();
   s.tls_handshake_failures = io_metrics.tls_handshake_failures;
   s.connections_closed = closed_connections_;
+  qos::Counters q = qos.totals();
+  s.qos_throttled = q.throttled;
+  s.qos_delay_ns = q.delay_ns;
   return s;
 }
 

@@ -109,6 +109,7 @@ struct ReactorSnapshot {
   coalesce::Stats coalesce;
   uint64_t tls_handshake_failures = 0;
   uint64_t connections_closed = 0;
+  uint64_t qos_throttled = 0, qos_delay_ns = 0;  // commands QoS held, and for how long
 };
 
 struct MetricsSnapshot {

@@ -92,6 +92,9 @@ std::vector<std::string> Target::apply_config(const TargetConfig& fresh) {
     if (want.require_tls != have.require_tls || want.require_auth != have.require_auth)
       note(want.nqn + ": security requirements changed",
            set_security(want.nqn, want.require_tls, want.require_auth));
+    if (want.qos != have.qos)
+      note(want.nqn + ": qos limits " + (want.qos.empty() ? "lifted" : "set"),
+           set_qos(want.nqn, want.qos));
     if (want.coalesce != have.coalesce)
       note(want.nqn + ": coalescing " + (want.coalesce ? "retuned" : "the target's again"),
            want.coalesce ? set_coalescing(want.nqn, *want.coalesce) : clear_coalescing(want.nqn));

@@ -29,6 +29,8 @@ const char* state_name(ReqState s) {
       return "sending_response";
     case ReqState::kAer:
       return "aer";
+    case ReqState::kThrottled:
+      return "throttled";
     case ReqState::kCount:
       break;
   }
@@ -41,7 +43,10 @@ bool transition_allowed(ReqState from, ReqState to) {
     case S::kFree:
       return to == S::kNew;
     case S::kNew:
-      return to == S::kNeedBuffer || to == S::kReady || to == S::kSendingResponse;
+      return to == S::kNeedBuffer || to == S::kReady || to == S::kSendingResponse ||
+             to == S::kThrottled;
+    case S::kThrottled:
+      return to == S::kNeedBuffer || to == S::kReady;
     case S::kNeedBuffer:
       return to == S::kAwaitingH2C || to == S::kReady;
     case S::kAwaitingH2C:

@@ -4,8 +4,10 @@
 // RequestStates::advance(), which refuses a transition the machine does not have and keeps
 // per-state counts for the stats JSON (a stuck command shows where it is).
 //
-//   FREE -> NEW -> NEED_BUFFER -> [AWAITING_H2C] -> READY -> EXECUTING <-> WAITING_DEVICE
+//   FREE -> NEW -> [THROTTLED] -> NEED_BUFFER -> [AWAITING_H2C] -> READY -> EXECUTING
+//        <-> WAITING_DEVICE
 //        -> [SENDING_DATA] -> SENDING_RESPONSE -> FREE
+// THROTTLED: an I/O command waits there for QoS tokens (qos.h) before its buffer.
 // Errors jump from NEW/READY/EXECUTING/AWAITING_H2C (after the data has passed) straight to
 // SENDING_RESPONSE; an Asynchronous Event Request parks in AER until an event or the end.
 #include <array>
@@ -32,6 +34,7 @@ enum class ReqState : uint8_t {
   kSendingData,      // C2HData queued
   kSendingResponse,  // CapsuleResp queued
   kAer,              // Asynchronous Event Request outstanding
+  kThrottled,        // waits for QoS tokens (qos.h) before its buffer and the device
   kCount
 };
 

@@ -17,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 
 void ReactorContext::quiesce_all() {
   for (auto& [id, c] : conns_) c->quiesce();
+  qos.lift_all();  // throttled commands are answered now, not at the limits' pace
 }
 
 uint32_t ReactorContext::unanswered(std::string* detail) const {

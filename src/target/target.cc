@@ -156,6 +156,7 @@ void ReactorContext::reset_stats() {
   closed_holds_ = 0;
   closed_connections_ = 0;
   reactor.reset_stats();
+  qos.reset_counters();
 }
 
 void ReactorContext::deliver_events(uint64_t id) {
@@ -254,6 +255,7 @@ nlohmann::json ReactorContext::stats_json() {
   j["reactor"] = reactor.stats_json();
   j["wakeups"] = reactor.stats().wakeups;  // (also in "reactor"; kept for older readers)
   j["timers_fired"] = reactor.stats().timers_fired;
+  j["qos"] = qos.stats_json();  // commands QoS held (throttled), and their total wait
   return j;
 }
 
@@ -278,6 +280,8 @@ std::string Target::start() {
   if (!error.empty()) return error;
   for (int i = 0; i < config_.cores; ++i)
     ctxs_.push_back(std::make_unique<ReactorContext>(*this, i));
+  for (auto& sc : config_.subsystems)
+    if (!sc.qos.empty()) publish_qos(registry_.find(sc.nqn), sc.qos);
 
   if (!config_.tls_listen.empty()) {
     if (!auth::load_tls_psk_file(config_.tls_psk_file, &tls_keys_, &error)) return error;
@@ -440,6 +444,11 @@ nlohmann::json Target::stats_json() {
                             {"syncs", ns->device->syncs()}});
   j["namespaces"] = namespaces;  // syncs: whole-device flushes (shutdown, CC.SHN)
   j["auth"] = {{"succeeded", auth_succeeded_.load()}, {"failed", auth_failed_.load()}};
+  nlohmann::json qos = {{"limited_commands", 0}, {"throttled", 0}, {"delay_us", 0}};
+  for (auto& r : reactors)
+    if (r.contains("qos"))
+      for (auto& [k, v] : r["qos"].items()) qos[k] = qos[k].get<uint64_t>() + v.get<uint64_t>();
+  j["qos"] = qos;  // summed over the reactors
   j["reactors"] = reactors;
   j["connections"] = per;
   return j;

@@ -89,6 +89,8 @@ class ReactorContext {
   IoMetrics io_metrics;
   ReactorSnapshot collect_metrics();
   void reset_metrics();
+  // This thread's QoS limiters (qos_reactor.h; Target::set_qos changes them).
+  ReactorQos qos{reactor, &TcpQueue::on_qos_release};
 
  private:
   class QueueWatcher;
@@ -207,6 +209,10 @@ class Target {
   std::string clear_coalescing(const std::string& nqn);
   coalesce::Config coalescing(const std::string& nqn, std::string* error);
   void reset_stats();
+  // QoS (qos_live.cc): a subsystem's limits, replaced whole (an empty config: none); each
+  // reactor enforces limit / reactors. "" or why not (nothing changed).
+  std::string set_qos(const std::string& nqn, const qos::Config& config);
+  qos::Config qos_config(const std::string& nqn, std::string* error);
   // SIGHUP: brings the running target to `fresh` (a re-read --config) through the changes
   // above, each all-or-nothing; returns what it did, a line per change (for the log).
   std::vector<std::string> apply_config(const TargetConfig& fresh);
@@ -271,6 +277,8 @@ class Target {
   std::vector<std::string> live_discovery_hosts_;  // opened by open_discovery_for()
   void discovery_changed();
   std::string retire_namespace(Subsystem* sub, uint32_t nsid, Nanos drain, std::string* note);
+  // qos_live.cc: `config` on every reactor for `sub` (also at start, before the threads run).
+  void publish_qos(const Subsystem* sub, const qos::Config& config);
   std::vector<auth::ConfiguredPsk> tls_keys_;
   bool find_tls_psk(const std::string& identity, transport::TlsPsk* psk, std::string* why);
   // Stops accepting: the listeners close on the reactor that watches them.

@@ -180,6 +180,7 @@ void TcpQueue::close(const char* why) {
   held_buf_ = nullptr;
   for (auto& s : slots_) {
     pool_.cancel(s.get());
+    if (s->qos_wait.on) s->qos_wait.on->cancel(s->qos_wait);  // THROTTLED: out of its queue
     if (s->req.state != S::kWaitingDevice) give_back_buffer(s->req);
   }
   if (ctrl_) {
@@ -297,6 +298,7 @@ TcpQueue::Slot* TcpQueue::take_slot() {
     s->req.index = uint16_t(slots_.size());
     s->req.io.user = s.get();
     s->req.io.on_complete = &TcpQueue::on_device_done;
+    s->qos_wait.owner = s.get();
     states_.add_free(1);
     free_.push_back(s->req.index);
     slots_.push_back(std::move(s));

@@ -14,6 +14,7 @@
 #include "reactor/reactor.h"
 #include "target/command_queue.h"
 #include "target/metrics_source.h"
+#include "target/qos_reactor.h"
 #include "transport/pdu_reader.h"
 #include "transport/send_queue.h"
 #include "transport/tls.h"
@@ -66,6 +67,8 @@ class TcpQueue final : public CommandQueue,
   // Metrics (metrics_source.cc): counts each open request in its namespace's entry
   // (NsIoMetrics::inflight); returns the commands not yet answered.
   uint64_t tally_inflight() const;
+  // A QoS limiter let a throttled command go (ReactorQos's Resume): run it from the loop.
+  static void on_qos_release(qos::Waiter& w);
 
   // EventHandler
   void on_event(uint32_t events) override;
@@ -118,6 +121,9 @@ class TcpQueue final : public CommandQueue,
   struct Slot : BufferPool::Waiter {
     TcpQueue* queue = nullptr;
     Request req;
+    qos::Waiter qos_wait;     // in a QoS limiter's queue while THROTTLED
+    uint8_t qos_stage = 0;    // the limiters passed: 0 none, 1 the namespace's, 2 the host's too
+    uint32_t plan_bytes = 0;  // the buffer its plan asked for (proceed() once let go)
   };
   struct ReaderWaiter : BufferPool::Waiter {
     TcpQueue* queue = nullptr;
@@ -139,6 +145,12 @@ class TcpQueue final : public CommandQueue,
   void obtain_buffer(Request& r);  // NEED_BUFFER
   void have_buffer(Request& r);    // -> AWAITING_H2C or READY
   void execute(Request& r);        // READY -> EXECUTING
+  // Planned (and past QoS): a buffer of `buffer_bytes` (unless the one it has will do),
+  // then R2T or execute.
+  void proceed(Request& r, uint32_t buffer_bytes);
+  // QoS: true when `slot`'s command may go on; false: THROTTLED until on_qos_release().
+  bool qos_next(Slot& slot);
+  void qos_refresh();
   void release(Request& r);
   void give_back_buffer(Request& r);  // -> FREE
   static void on_slot_buffer(BufferPool::Waiter* w);
@@ -203,6 +215,11 @@ class TcpQueue final : public CommandQueue,
   QueueIoMetrics io_metrics_;
   bool quiescing_ = false;  // quiesce(): new commands are held
   uint32_t held_ = 0;       // commands held unstarted since quiesce()
+  // QoS: this queue's subsystem's limiters and its host's on this reactor, as of the
+  // reactor's QoS generation qos_gen_ (null: none).
+  uint64_t qos_gen_ = UINT64_MAX;
+  const ReactorQos::Sub* qos_sub_ = nullptr;
+  ReactorQos::Entry* qos_host_ = nullptr;
 
   pdu::HeaderSlot ic_hdr_{}, term_hdr_{};
   Timer ka_timer_;

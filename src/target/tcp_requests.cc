@@ -79,9 +79,25 @@ void TcpQueue::start(Request& r) {
              plan.buffer_bytes, pool_.max_buffer());
     return complete(r, st::kInternalError);
   }
-  if (plan.buffer_bytes > r.buf_bytes) {
+  // QoS: after the plan (the namespace and the length are known), before a buffer is taken
+  // or data asked for, so a throttled command pins no pool buffer and holds no R2T.
+  // Unlimited, this is the generation compare and one branch.
+  if (qid_ != 0) {
+    if (ctx_.qos.generation() != qos_gen_) qos_refresh();
+    if (qos_sub_ || qos_host_) {
+      Slot& slot = *slots_[r.index];
+      slot.qos_stage = 0;
+      slot.plan_bytes = plan.buffer_bytes;
+      if (!qos_next(slot)) return states_.advance(r, S::kThrottled);
+    }
+  }
+  proceed(r, plan.buffer_bytes);
+}
+
+void TcpQueue::proceed(Request& r, uint32_t buffer_bytes) {
+  if (buffer_bytes > r.buf_bytes) {
     give_back_buffer(r);
-    r.buf_bytes = plan.buffer_bytes;
+    r.buf_bytes = buffer_bytes;
     states_.advance(r, S::kNeedBuffer);
     return obtain_buffer(r);
   }
@@ -91,6 +107,42 @@ void TcpQueue::start(Request& r) {
   }
   states_.advance(r, S::kReady);
   execute(r);
+}
+
+bool TcpQueue::qos_next(Slot& slot) {
+  Request& r = slot.req;
+  if (ctx_.qos.generation() != qos_gen_) qos_refresh();  // (changed while it waited)
+  // Reads and writes count by commands and by the bytes they move; Write Zeroes counts as a
+  // write command that moves no data. Other commands (Flush, DSM, reservations) are not
+  // limited.
+  uint8_t op = r.sqe.opcode;
+  if (op != nvme::io_op::kRead && op != nvme::io_op::kWrite && op != nvme::io_op::kWriteZeroes)
+    return true;
+  qos::Dir dir = op == nvme::io_op::kRead ? qos::Dir::kRead : qos::Dir::kWrite;
+  uint32_t bytes = op == nvme::io_op::kWriteZeroes ? 0 : r.xfer_len;
+  if (slot.qos_stage == 0) {
+    slot.qos_stage = 1;
+    ReactorQos::Entry* ns = qos_sub_ ? qos_sub_->ns_entry(r.sqe.nsid) : nullptr;
+    if (ns && !ns->admit(slot.qos_wait, dir, bytes)) return false;
+  }
+  if (slot.qos_stage == 1) {
+    slot.qos_stage = 2;
+    if (qos_host_ && !qos_host_->admit(slot.qos_wait, dir, bytes)) return false;
+  }
+  return true;
+}
+
+void TcpQueue::qos_refresh() {
+  qos_gen_ = ctx_.qos.generation();
+  qos_sub_ = subsystem_ ? ctx_.qos.find(subsystem_) : nullptr;
+  qos_host_ = qos_sub_ && ctrl_ ? ctx_.qos.host_entry(subsystem_, ctrl_->hostnqn) : nullptr;
+}
+
+void TcpQueue::on_qos_release(qos::Waiter& w) {
+  auto* slot = static_cast<Slot*>(w.owner);
+  // Resumed from the event loop, as a buffer wait is (run_resumed()).
+  slot->queue->resumed_.push_back(slot->req.index);
+  slot->queue->schedule_resume();
 }
 
 void TcpQueue::obtain_buffer(Request& r) {
@@ -126,8 +178,12 @@ void TcpQueue::run_resumed() {
     return;
   }
   for (size_t i = 0; i < resumed_.size() && !closed_; ++i) {
-    Request& r = slots_[resumed_[i]]->req;
-    if (r.state == S::kNeedBuffer) have_buffer(r);
+    Slot& slot = *slots_[resumed_[i]];
+    Request& r = slot.req;
+    if (r.state == S::kNeedBuffer)
+      have_buffer(r);
+    else if (r.state == S::kThrottled && qos_next(slot))
+      proceed(r, slot.plan_bytes);
   }
   resumed_.clear();
   if (!closed_ && reader_.held() && reader_ready_) {
@@ -196,8 +252,8 @@ uint32_t TcpQueue::pdus_in_progress() const {
   // Commands that will queue a PDU (an R2T, data, a response) by themselves: those not yet
   // answered. Ones already answering wait on the queued PDUs; an idle host sends nothing.
   uint32_t n = 0;
-  for (S s :
-       {S::kNew, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting, S::kWaitingDevice})
+  for (S s : {S::kNew, S::kThrottled, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting,
+              S::kWaitingDevice})
     n += states_.count(s);
   return n;
 }
@@ -240,8 +296,8 @@ void TcpQueue::offload(Request& r, WorkerThread& worker, std::function<uint16_t(
 
 uint32_t TcpQueue::unanswered() const {
   uint32_t n = 0;
-  for (S s : {S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting, S::kWaitingDevice,
-              S::kSendingData, S::kSendingResponse})
+  for (S s : {S::kThrottled, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting,
+              S::kWaitingDevice, S::kSendingData, S::kSendingResponse})
     n += states_.count(s);
   return n;
 }
@@ -250,8 +306,8 @@ std::string TcpQueue::describe_unanswered() const {
   std::string s = "connection " + std::to_string(id_) + " (" + endpoint_.peer + ", qid " +
                   std::to_string(qid_) + "): " + std::to_string(unanswered()) + " unanswered (";
   const char* sep = "";
-  for (S st : {S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting, S::kWaitingDevice,
-               S::kSendingData, S::kSendingResponse})
+  for (S st : {S::kThrottled, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting,
+               S::kWaitingDevice, S::kSendingData, S::kSendingResponse})
     if (uint32_t c = states_.count(st)) {
       s += sep + std::string(state_name(st)) + " " + std::to_string(c);
       sep = ", ";

@@ -70,6 +70,11 @@ int run_target(int argc, char** argv) {
                  "group 1..32)")
       ->type_name("KIND:ARG");
   app.add_option("--allow-host", hosts, "host NQN allowed to connect (repeatable; default: any)");
+  std::vector<std::string> qos_opts;
+  app.add_option("--qos", qos_opts,
+                 "QoS limits of a namespace or host of the subsystem (repeatable): "
+                 "ns=NSID,KEY=N,... or host=HOSTNQN,KEY=N,...; KEY: read_iops, write_iops, "
+                 "total_iops, read_mibps, write_mibps, total_mibps (README \"QoS\")");
   std::vector<std::string> host_keys, ctrl_keys;
   std::string dhchap_hash, dhchap_dhgroup;
   app.add_option("--host-key", host_keys,
@@ -290,11 +295,11 @@ int run_target(int argc, char** argv) {
       (list == &host_keys ? parsed_host_keys : parsed_ctrl_keys).push_back(kv);
     }
   if (!nqn.empty() || !namespaces.empty() || !hosts.empty() || !host_keys.empty() ||
-      !ctrl_keys.empty()) {
+      !ctrl_keys.empty() || !qos_opts.empty()) {
     if (cfg.subsystems.size() > 1) {
       std::fprintf(stderr,
-                   "sens target: --nqn/--ns/--allow-host describe one subsystem; the config "
-                   "file has several: edit it instead\n");
+                   "sens target: --nqn/--ns/--allow-host/--qos describe one subsystem; the "
+                   "config file has several: edit it instead\n");
       return 2;
     }
     if (cfg.subsystems.empty()) cfg.subsystems.push_back({target::kDefaultNqn, {}, {}});
@@ -304,6 +309,11 @@ int run_target(int argc, char** argv) {
     if (!hosts.empty()) s.allowed_hosts = hosts;
     if (!parsed_host_keys.empty()) s.host_keys = parsed_host_keys;
     if (!parsed_ctrl_keys.empty()) s.ctrl_keys = parsed_ctrl_keys;
+    for (auto& text : qos_opts)
+      if (!target::qos::parse_option(text, &s.qos, &error)) {
+        std::fprintf(stderr, "sens target: --qos %s\n", error.c_str());
+        return 2;
+      }
   }
   target::apply_defaults(cfg);
   error = target::validate(cfg, &warnings);
