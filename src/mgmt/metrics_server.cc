@@ -12,7 +12,6 @@
 
 #include "common/log.h"
 #include "mgmt/metrics.h"
-#include "mgmt/rpc_server.h"
 #include "target/target.h"
 
 namespace sens::mgmt {
@@ -117,7 +116,6 @@ std::string MetricsServer::start(const std::string& address) {
   port_ = port;
   impl_->thread = std::thread([this] {
     pthread_setname_np(pthread_self(), "sens-metrics");
-    yield_to_reactors();
     impl_->server.listen_after_bind();
   });
   // Running before stop() may be called: a stop() that came first would not end the loop.

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -193,15 +192,7 @@ void RpcServer::stop() {
   ::unlink(path_.c_str());
 }
 
-void yield_to_reactors() {
-  constexpr int kManagementNice = 10;
-  // (Linux: the nice value is per thread; 0 is the calling one)
-  if (::setpriority(PRIO_PROCESS, 0, kManagementNice) != 0)
-    LOG_DEBUG("management thread: nice %d: %s", kManagementNice, std::strerror(errno));
-}
-
 void RpcServer::run() {
-  yield_to_reactors();
   struct Client {
     int fd;
     std::string in, out;

@@ -19,11 +19,6 @@
 
 namespace sens::mgmt {
 
-// Management threads (this socket's, the metrics endpoint's) run at nice 10: where they share a
-// core with a reactor, the reactor keeps most of it while a request waits a little longer
-// (bench/live_changes.py). Threads they start inherit it.
-void yield_to_reactors();
-
 inline constexpr int kParseError = -32700, kInvalidRequest = -32600, kMethodNotFound = -32601,
                      kInvalidParams = -32602, kInternalError = -32603, kRefused = -32000;
 inline constexpr size_t kMaxRequestBytes = 1 << 20;  // a longer line is refused, the client dropped
