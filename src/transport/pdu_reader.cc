@@ -275,8 +275,9 @@ PduReader::Status PduReader::read_tls(size_t budget) {
       want = stg_size_ - wr_;
     }
     TlsChannel::Io io;
+    const uint64_t calls = tls_->recv_syscalls();
     size_t n = tls_->read(dst, want, &io);
-    ++counters_.recv_calls;
+    counters_.recv_calls += tls_->recv_syscalls() - calls;
     if (n == 0) {
       if (io == TlsChannel::Io::kWantRead || io == TlsChannel::Io::kWantWrite)
         return Status::kWouldBlock;

@@ -125,8 +125,6 @@ void SendQueue::shutdown() {
   iov_.clear();
   head_ = committed_ = head_offset_ = control_end_ = 0;
   queued_bytes_ = 0;
-  tls_buf_.clear();
-  tls_off_ = 0;
 }
 
 void SendQueue::snapshot_waiting() {
@@ -189,27 +187,29 @@ void SendQueue::account_sent(size_t sent) {
   }
 }
 
-bool SendQueue::send_tls(size_t* sent, size_t* want) {
-  constexpr size_t kGather = 256 * 1024;  // plaintext per SSL write, at most
-  // The gathered bytes are kept until all have left: a write that must be retried passes the
-  // same bytes again, and each record's worth is copied once.
-  if (tls_off_ == tls_buf_.size()) {
-    tls_buf_.clear();
-    tls_off_ = 0;
-    for (size_t i = head_; i < committed_ && tls_buf_.size() < kGather; ++i) {
-      const iovec& v = iov_[i].iov;
-      size_t off = i == head_ ? head_offset_ : 0;
-      const auto* p = static_cast<const uint8_t*>(v.iov_base) + off;
-      tls_buf_.insert(tls_buf_.end(), p, p + (v.iov_len - off));
+bool SendQueue::send_tls() {
+  // The committed PDUs as one list from the first byte not yet counted as sent; the channel
+  // skips what it has encrypted already and takes a batch of records' worth (~64 KiB), so a
+  // bounded list is enough.
+  constexpr size_t kListBytes = 256 * 1024;
+  scratch_.clear();
+  size_t listed = 0;
+  for (size_t i = head_; i < committed_ && listed < kListBytes; ++i) {
+    iovec v = iov_[i].iov;
+    if (i == head_) {
+      v.iov_base = static_cast<char*>(v.iov_base) + head_offset_;
+      v.iov_len -= head_offset_;
     }
+    scratch_.push_back(v);
+    listed += v.iov_len;
   }
-  *want = tls_buf_.size() - tls_off_;
   TlsChannel::Io io;
-  *sent = tls_->write(tls_buf_.data() + tls_off_, *want, &io);
-  tls_off_ += *sent;
-  ++counters_.sendmsg_calls;
-  ++scheduler_.stats().send_calls;
-  if (*sent > 0) return true;
+  const uint64_t calls = tls_->send_syscalls();
+  size_t sent = tls_->send(scratch_.data(), scratch_.size(), 0, &io);
+  counters_.sendmsg_calls += tls_->send_syscalls() - calls;
+  scheduler_.stats().send_calls += tls_->send_syscalls() - calls;
+  account_sent(sent);  // callbacks may enqueue more (appended: the loop picks them up)
+  if (io == TlsChannel::Io::kOk) return true;
   if (io == TlsChannel::Io::kWantWrite || io == TlsChannel::Io::kWantRead) {
     ++counters_.eagain;
     blocked_ = true;
@@ -228,12 +228,10 @@ void SendQueue::send_committed() {
   in_send_ = true;
   while (head_ < committed_ && !blocked_ && !dead_) {
     if (tls_) {
-      size_t sent = 0, want = 0;
-      if (!send_tls(&sent, &want)) {
+      if (!send_tls()) {
         if (dead_) return;
         break;
       }
-      account_sent(sent);  // a record (or more) left; the loop writes the rest
       continue;
     }
     scratch_.clear();

@@ -49,8 +49,8 @@ class SendQueue final : public PassEndHandler {
   SendQueue& operator=(const SendQueue&) = delete;
 
   void set_fd(int fd) { fd_ = fd; }
-  // Sends through TLS from now on: each send gathers the committed PDUs into one buffer
-  // written with one SSL write, so a coalesced group leaves in shared records.
+  // Sends through TLS from now on: the channel packs the committed PDUs into records of up to
+  // 16 KiB, so a coalesced group leaves in shared records, with one send() per batch.
   void set_tls(TlsChannel* tls) { tls_ = tls; }
   // Changes the policy (e.g. an admin queue that must never delay: Policy::kOff).
   void set_config(const coalesce::Config& config);
@@ -100,8 +100,8 @@ class SendQueue final : public PassEndHandler {
   void snapshot_waiting();  // the socket is full: copies every changeable iovec still queued
   void commit(coalesce::FlushReason reason);
   void send_committed();
-  // One gathered SSL write; false when the loop must stop (blocked or dead).
-  bool send_tls(size_t* sent, size_t* want);
+  // One batch of TLS records; false when the loop must stop (blocked or dead).
+  bool send_tls();
   void account_sent(size_t sent);  // runs the callbacks of the PDUs now fully sent
   void rearm_timer();
   void on_timer();
@@ -122,8 +122,6 @@ class SendQueue final : public PassEndHandler {
   size_t control_end_ = 0;      // end of the control PDUs moved to the front (socket full)
   std::vector<iovec> scratch_;  // the iovec array handed to sendmsg
   TlsChannel* tls_ = nullptr;
-  std::vector<uint8_t> tls_buf_;  // gathered plaintext from the head of the queue
-  size_t tls_off_ = 0;            // of which this much has been written
   SendCounters counters_;
 };
 

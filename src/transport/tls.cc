@@ -5,6 +5,7 @@
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,7 @@ namespace sens::transport {
 namespace {
 
 constexpr const char* kSuites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
+constexpr size_t kReadAhead = 64 * 1024;  // OpenSSL's receive buffer per connection
 
 std::string ssl_errors() {
   std::string out;
@@ -26,33 +28,36 @@ std::string ssl_errors() {
   return out;
 }
 
-// The socket BIO OpenSSL offers writes with write(), so a peer that has gone raises SIGPIPE
-// in whatever thread writes, and kills an application that embeds the host library. This
-// one sends with MSG_NOSIGNAL (EPIPE comes back as an error instead), as the plain path does.
-int fd_of(BIO* b) {
-  return int(reinterpret_cast<intptr_t>(BIO_get_data(b)));
+// The channel's own BIO. OpenSSL's socket BIO writes each record with its own write(), and
+// write() raises SIGPIPE in whatever thread writes to a peer that has gone (killing an
+// application that embeds the host library). This one appends records to the channel's buffer,
+// which sends them in batches with MSG_NOSIGNAL (EPIPE comes back as an error), and reads with
+// recv().
+TlsChannel* channel_of(BIO* b) {
+  return static_cast<TlsChannel*>(BIO_get_data(b));
 }
 
 int bio_write(BIO* b, const char* buf, int len) {
   BIO_clear_retry_flags(b);
-  ssize_t n = ::send(fd_of(b), buf, size_t(len), MSG_NOSIGNAL);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(b);
-  return int(n);
+  int n = channel_of(b)->bio_write(buf, len);
+  if (n < 0) BIO_set_retry_write(b);
+  return n;
 }
 
 int bio_read(BIO* b, char* buf, int len) {
   BIO_clear_retry_flags(b);
-  ssize_t n = ::recv(fd_of(b), buf, size_t(len), 0);
+  int n = channel_of(b)->bio_read(buf, len);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(b);
-  return int(n);
+  return n;
 }
 
 long bio_ctrl(BIO* b, int cmd, long, void*) {
   switch (cmd) {
-    case BIO_CTRL_FLUSH:
-      return 1;  // nothing is buffered here
-    case BIO_C_GET_FD:
-      return fd_of(b);
+    case BIO_CTRL_FLUSH:  // the handshake flushes each flight before it waits for an answer
+      BIO_clear_retry_flags(b);
+      if (channel_of(b)->bio_flush()) return 1;
+      BIO_set_retry_write(b);
+      return 0;
     default:
       return 0;
   }
@@ -68,10 +73,10 @@ int bio_destroy(BIO*) {
   return 1;
 }
 
-BIO* socket_bio(int fd) {
+BIO* channel_bio(TlsChannel* channel) {
   static BIO_METHOD* method = [] {
-    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR,
-                                 "sens socket (MSG_NOSIGNAL)");
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
+                                 "sens batched records (MSG_NOSIGNAL)");
     if (m) {
       BIO_meth_set_write(m, bio_write);
       BIO_meth_set_read(m, bio_read);
@@ -82,7 +87,7 @@ BIO* socket_bio(int fd) {
     return m;
   }();
   BIO* b = method ? BIO_new(method) : nullptr;
-  if (b) BIO_set_data(b, reinterpret_cast<void*>(intptr_t(fd)));
+  if (b) BIO_set_data(b, channel);
   return b;
 }
 
@@ -140,6 +145,10 @@ SSL_CTX* new_ctx(bool server, std::string* error) {
   // Partial writes: the send queue accounts bytes per record; moving buffer: a retry after
   // want-write passes the same bytes from the queue's (re-gathered) buffer.
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Read-ahead: one recv() takes every record that has arrived (up to the buffer), where
+  // OpenSSL would otherwise read each record's 5-byte header and then its body.
+  SSL_CTX_set_read_ahead(ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx, kReadAhead);
   SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);  // external PSKs only; no resumption tickets
   SSL_CTX_set_num_tickets(ctx, 0);
   return ctx;
@@ -181,10 +190,10 @@ TlsContext::~TlsContext() {
   auth::wipe(psk_.key);
 }
 
-TlsChannel::TlsChannel(TlsContext& ctx, int fd) : ssl_(SSL_new(ctx.ctx())) {
+TlsChannel::TlsChannel(TlsContext& ctx, int fd) : ssl_(SSL_new(ctx.ctx())), fd_(fd) {
   if (!ssl_) return;
   SSL_set_app_data(ssl_, this);
-  BIO* bio = socket_bio(fd);
+  BIO* bio = channel_bio(this);
   if (!bio) {
     SSL_free(ssl_);
     ssl_ = nullptr;  // handshake() reports "no session"
@@ -233,15 +242,19 @@ TlsChannel::Io TlsChannel::handshake() {
     error_ = "TLS: no session";
     return Io::kError;
   }
-  if (established_) return Io::kOk;
+  if (established_) return flush_out();  // the last flight may still be waiting
   ERR_clear_error();
   int r = SSL_do_handshake(ssl_);
   if (r == 1) {
     established_ = true;
-    return Io::kOk;
+    return flush_out();
   }
   Io io = classify(r, "TLS handshake");
   if (io == Io::kClosed && !lookup_error_.empty()) error_ += " (" + lookup_error_ + ")";
+  if (io == Io::kWantRead && out_pending()) {  // our flight first
+    Io f = flush_out();
+    if (f != Io::kOk) return f;
+  }
   return io;
 }
 
@@ -249,6 +262,9 @@ size_t TlsChannel::read(void* buf, size_t len, Io* io) {
   size_t n = 0;
   ERR_clear_error();
   int r = SSL_read_ex(ssl_, buf, len, &n);
+  // A read may make OpenSSL answer (a key update, an alert): it leaves now if the socket takes
+  // it, else with the next send.
+  if (out_pending()) flush_out();
   if (r == 1) {
     *io = Io::kOk;
     return n;
@@ -257,20 +273,107 @@ size_t TlsChannel::read(void* buf, size_t len, Io* io) {
   return 0;
 }
 
-size_t TlsChannel::write(const void* buf, size_t len, Io* io) {
-  size_t n = 0;
-  ERR_clear_error();
-  int r = SSL_write_ex(ssl_, buf, len, &n);
-  if (r == 1) {
-    *io = Io::kOk;
-    return n;
+int TlsChannel::bio_write(const char* buf, int len) {
+  if (!out_) out_.reset(new uint8_t[kOutCap]);
+  if (out_len_ == out_head_ && nrecords_ == 0) out_len_ = out_head_ = 0;
+  if (kOutCap - out_len_ < size_t(len)) {
+    errno = EAGAIN;
+    return -1;  // full: OpenSSL keeps the record and retries it (send() makes room first)
   }
-  *io = classify(r, "TLS write");
-  return 0;
+  std::memcpy(out_.get() + out_len_, buf, size_t(len));
+  out_len_ += size_t(len);
+  return len;
+}
+
+int TlsChannel::bio_read(char* buf, int len) {
+  ++recv_syscalls_;
+  return int(::recv(fd_, buf, size_t(len), 0));
+}
+
+bool TlsChannel::bio_flush() {
+  return flush_out() == Io::kOk;
+}
+
+TlsChannel::Io TlsChannel::flush_out() {
+  while (out_head_ < out_len_) {
+    ssize_t n = ::send(fd_, out_.get() + out_head_, out_len_ - out_head_, MSG_NOSIGNAL);
+    ++send_syscalls_;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Io::kWantWrite;
+      error_ = std::string("TLS write: ") + std::strerror(errno);
+      return errno == EPIPE || errno == ECONNRESET ? Io::kClosed : Io::kError;
+    }
+    out_head_ += size_t(n);
+  }
+  return Io::kOk;
+}
+
+size_t TlsChannel::take_delivered() {
+  size_t plain = 0;
+  while (nrecords_ > 0 && records_[first_record_].cipher_end <= out_head_) {
+    plain += records_[first_record_].plain;
+    first_record_ = (first_record_ + 1) % kMaxRecords;
+    --nrecords_;
+  }
+  taken_ -= plain;
+  return plain;
+}
+
+size_t TlsChannel::send(const iovec* iov, size_t iovcnt, size_t skip, Io* io) {
+  *io = flush_out();
+  const size_t taken_before = taken_;  // the caller's list starts with these bytes
+  size_t delivered = take_delivered();
+  if (*io != Io::kOk) return delivered;  // the socket still holds us up (or failed)
+  out_head_ = out_len_ = 0;              // everything encrypted has left: start at the front
+  if (!gather_) gather_.reset(new uint8_t[kRecordPlain]);
+  // The first byte not taken yet: `taken_before` bytes into the list (after `skip`).
+  size_t i = 0, off = skip + taken_before;
+  while (i < iovcnt && off >= iov[i].iov_len) off -= iov[i++].iov_len;
+  while (out_len_ < kOutBatch && nrecords_ < kMaxRecords) {
+    if (gather_len_ == 0) {  // (else: a record OpenSSL could not write last time, again)
+      while (i < iovcnt && gather_len_ < kRecordPlain) {
+        const size_t k = std::min(iov[i].iov_len - off, kRecordPlain - gather_len_);
+        std::memcpy(gather_.get() + gather_len_, static_cast<const uint8_t*>(iov[i].iov_base) + off,
+                    k);
+        gather_len_ += k;
+        off += k;
+        if (off == iov[i].iov_len) {
+          ++i;
+          off = 0;
+        }
+      }
+      if (gather_len_ == 0) break;  // all taken
+      taken_ += gather_len_;
+    }
+    size_t n = 0;
+    ERR_clear_error();
+    if (SSL_write_ex(ssl_, gather_.get(), gather_len_, &n) != 1) {
+      Io e = classify(0, "TLS write");
+      if (e != Io::kWantWrite && e != Io::kWantRead) {
+        *io = e;
+        return delivered;
+      }
+      break;  // kept in gather_ (and counted as taken): OpenSSL retries it next time
+    }
+    records_[(first_record_ + nrecords_) % kMaxRecords] = {out_len_, n};
+    ++nrecords_;
+    if (n < gather_len_) std::memmove(gather_.get(), gather_.get() + n, gather_len_ - n);
+    gather_len_ -= n;
+  }
+  *io = flush_out();
+  delivered += take_delivered();
+  if (*io == Io::kOk && gather_len_ > 0) *io = Io::kWantWrite;
+  return delivered;
+}
+
+size_t TlsChannel::write(const void* buf, size_t len, Io* io) {
+  iovec v{const_cast<void*>(buf), len};
+  return send(&v, 1, 0, io);
 }
 
 bool TlsChannel::pending() const {
-  return ssl_ && SSL_pending(ssl_) > 0;
+  return ssl_ && SSL_has_pending(ssl_) == 1;
 }
 
 std::string TlsChannel::cipher() const {

@@ -3,6 +3,8 @@
 // has no kTLS): a context per side and a channel per connection, driven by the reactor on a
 // non-blocking socket. The PduReader and SendQueue use the channel instead of readv/sendmsg
 // when one is set (a single predictable branch per call when it is not).
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -46,6 +48,11 @@ class TlsContext {
   TlsPsk psk_;
 };
 
+// Records leave in batches: OpenSSL encrypts each record into the channel's own buffer (the
+// BIO below never writes to the socket by itself), and one send() hands the kernel every record
+// a call made; a read fetches as many records as have arrived (read-ahead) instead of a header
+// and a body per record. What a send() counts as sent is plaintext whose records have all
+// reached the kernel, as for a plain socket.
 class TlsChannel {
  public:
   enum class Io { kOk, kWantRead, kWantWrite, kClosed, kError };
@@ -54,15 +61,26 @@ class TlsChannel {
   TlsChannel(const TlsChannel&) = delete;
   TlsChannel& operator=(const TlsChannel&) = delete;
 
-  // One step of the handshake; kOk once it is complete.
+  // One step of the handshake; kOk once it is complete and its last flight has left.
   Io handshake();
   bool established() const { return established_; }
   // Decrypted bytes into `buf` (> 0), or 0 and *io says why.
   size_t read(void* buf, size_t len, Io* io);
-  // Encrypts and sends; bytes taken (> 0, at least a whole record), or 0 and *io says why. A
-  // call after kWantWrite must pass the same bytes first (more may follow).
+  // Encrypts the plaintext of `iov` (from `skip` bytes into iov[0]) in records of up to
+  // 16 KiB, past what earlier calls took already, and sends the records. Returns how many
+  // plaintext bytes, from the start of `iov`, have now reached the kernel (records of earlier
+  // calls included): the caller may reuse them, and passes the rest again next time, from the
+  // first byte not yet counted. *io: kOk (nothing waits in the channel), kWantWrite (records
+  // wait for the socket: call again once it is writable), kClosed or kError.
+  size_t send(const iovec* iov, size_t iovcnt, size_t skip, Io* io);
+  // One buffer (tests, simple callers).
   size_t write(const void* buf, size_t len, Io* io);
-  // Plaintext OpenSSL holds already (no socket event will announce it).
+  // send() and recv() system calls so far (the counters of the queues that use the channel).
+  uint64_t send_syscalls() const { return send_syscalls_; }
+  uint64_t recv_syscalls() const { return recv_syscalls_; }
+  // Encrypted bytes waiting for the socket.
+  bool out_pending() const { return out_head_ < out_len_; }
+  // Data OpenSSL holds already, decrypted or not (no socket event will announce it).
   bool pending() const;
   // What went wrong (handshake or I/O), for the log.
   const std::string& error() const { return error_; }
@@ -73,12 +91,39 @@ class TlsChannel {
   // (OpenSSL callbacks.)
   std::string peer_identity_;
   std::string lookup_error_;
+  int bio_write(const char* buf, int len);
+  int bio_read(char* buf, int len);
+  bool bio_flush();
 
  private:
+  // Ciphertext of up to 4 full records waits here, plus one record's worth of room.
+  static constexpr size_t kRecordPlain = 16384;
+  static constexpr size_t kRecordRoom = kRecordPlain + 256;  // a record's largest ciphertext
+  static constexpr size_t kOutBatch = 4 * kRecordRoom;       // encrypt no further ahead
+  static constexpr size_t kOutCap = kOutBatch + kRecordRoom;
+  static constexpr size_t kMaxRecords = 8;  // records of one batch (4 full + short ones)
+  struct Record {
+    size_t cipher_end;  // in out_
+    size_t plain;
+  };
   Io classify(int ret, const char* what);
+  Io flush_out();           // sends what waits in out_; kOk once it is empty
+  size_t take_delivered();  // plaintext of the records now wholly in the kernel
   ::ssl_st* ssl_ = nullptr;
+  int fd_ = -1;
   bool established_ = false;
   std::string error_;
+  std::unique_ptr<uint8_t[]> out_;  // records not yet in the kernel [out_head_, out_len_)
+  size_t out_head_ = 0;
+  size_t out_len_ = 0;
+  Record records_[kMaxRecords];  // application records in out_, oldest first
+  size_t nrecords_ = 0;
+  size_t first_record_ = 0;
+  size_t taken_ = 0;                   // plaintext encrypted whose records have not all left
+  std::unique_ptr<uint8_t[]> gather_;  // one record's plaintext, gathered from the iovecs
+  size_t gather_len_ = 0;
+  uint64_t send_syscalls_ = 0;
+  uint64_t recv_syscalls_ = 0;
 };
 
 }  // namespace sens::transport
