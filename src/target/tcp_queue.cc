@@ -451,15 +451,18 @@ void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* st
   int n = 0;
   iov[n++] = {r.data_hdr.bytes, hl};
   iov[n++] = {const_cast<void*>(data), len};
-  if (digests_.data && len) {
-    r.ddgst = crc32c(data, len);
+  const bool digest = digests_.data && len;
+  if (digest) {
+    // Bytes that may change while they wait (a RAM namespace's) get their digest from the
+    // send queue as they leave; a buffer's is taken now, while the device's copy is in cache.
+    if (!stable) r.ddgst = crc32c(data, len);
     iov[n++] = {&r.ddgst, 4};
   }
   states_.advance(r, S::kSendingData);
   transport::SentCallback sent;
   if (success) sent = {&TcpQueue::on_resp_sent, this, r.index};  // no response follows
   if (stable)
-    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent);
+    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent, digest ? &r.ddgst : nullptr);
   else
     sendq_.enqueue(iov, n, data_class(), sent);
   if (!success) return complete(r, st::kSuccess);
@@ -468,10 +471,11 @@ void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* st
 
 // Straight from a RAM namespace's memory only where nothing else can change those bytes while
 // they leave: one reactor (no other thread writes the namespace; the send queue copies what
-// must wait for a full socket), and no data digest (the CRC must describe the bytes sent even
-// if a later write lands while the PDU waits in its coalescing group).
+// must wait for a full socket). A data digest does not need a copy: the send queue computes it
+// as the bytes leave (or are copied), so it describes the bytes sent even if a write lands
+// while the PDU waits in its coalescing group.
 bool TcpQueue::zero_copy_reads() const {
-  return ctx_.config.cores == 1 && !digests_.data;
+  return ctx_.config.cores == 1;
 }
 
 void TcpQueue::send_r2t(Request& r) {

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstring>
 
+#include "common/crc32c.h"
 #include "transport/tls.h"
 
 namespace sens::transport {
@@ -50,7 +51,7 @@ void SendQueue::enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCal
 }
 
 void SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
-                                   coalesce::PduClass cls, SentCallback sent) {
+                                   coalesce::PduClass cls, SentCallback sent, uint32_t* digest) {
   using coalesce::Policy;
   const Policy policy = scheduler_.config().policy;
   // Socket full: a control PDU (it unblocks the peer) overtakes PDUs still waiting, under the
@@ -63,7 +64,11 @@ void SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
   uint32_t bytes = 0;
   for (int i = 0; i < n; ++i) {
     if (iov[i].iov_len == 0) continue;
-    Entry e{iov[i], {}, i == changeable ? stable : nullptr, at == first};
+    Entry e{iov[i],
+            {},
+            i == changeable ? stable : nullptr,
+            i == changeable ? digest : nullptr,
+            at == first};
     iov_.insert(iov_.begin() + long(at), e);
     ++at;
     bytes += uint32_t(iov[i].iov_len);
@@ -127,10 +132,16 @@ void SendQueue::shutdown() {
   queued_bytes_ = 0;
 }
 
+void SendQueue::seal_digest(Entry& e) {
+  *e.digest = crc32c(e.iov.iov_base, e.iov.iov_len);
+  e.digest = nullptr;
+}
+
 void SendQueue::snapshot_waiting() {
   for (size_t i = head_; i < iov_.size(); ++i) {
     Entry& e = iov_[i];
     if (!e.stable) continue;
+    if (e.digest) seal_digest(e);                 // of the bytes copied (nothing runs in between)
     size_t sent = i == head_ ? head_offset_ : 0;  // offsets stay valid in the copy
     std::memcpy(static_cast<char*>(e.stable) + sent, static_cast<char*>(e.iov.iov_base) + sent,
                 e.iov.iov_len - sent);
@@ -195,6 +206,7 @@ bool SendQueue::send_tls() {
   scratch_.clear();
   size_t listed = 0;
   for (size_t i = head_; i < committed_ && listed < kListBytes; ++i) {
+    if (iov_[i].digest) seal_digest(iov_[i]);
     iovec v = iov_[i].iov;
     if (i == head_) {
       v.iov_base = static_cast<char*>(v.iov_base) + head_offset_;
@@ -239,6 +251,7 @@ void SendQueue::send_committed() {
     if (end - head_ > IOV_MAX) end = head_ + IOV_MAX;
     size_t want = 0;
     for (size_t i = head_; i < end; ++i) {
+      if (iov_[i].digest) seal_digest(iov_[i]);
       iovec v = iov_[i].iov;
       if (i == head_) {
         v.iov_base = static_cast<char*>(v.iov_base) + head_offset_;

@@ -67,8 +67,13 @@ class SendQueue final : public PassEndHandler {
   // sends them in the same loop pass, with nothing between; should it have to wait (socket
   // full), it first copies what is left of them to `stable` (as large as that iovec), so a
   // write that lands meanwhile cannot change bytes half sent.
+  // `digest`, if set, is where the CRC32C of iov[changeable] goes (the PDU's data digest, one
+  // of its later iovecs): it is computed just before those bytes first leave or are copied,
+  // so it describes the bytes sent even when a write changes the memory while the PDU waits
+  // in its group, and it reads them while they are about to be in cache for the send.
   void enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
-                          coalesce::PduClass cls, SentCallback sent = {});
+                          coalesce::PduClass cls, SentCallback sent = {},
+                          uint32_t* digest = nullptr);
 
   // Sends everything queued now (connection closing, or an owner-level decision).
   void flush(coalesce::FlushReason reason);
@@ -89,15 +94,17 @@ class SendQueue final : public PassEndHandler {
  private:
   struct Entry {
     iovec iov;
-    SentCallback sent;       // fires when this iovec (the PDU's last) is fully sent
-    void* stable = nullptr;  // where to copy this iovec's bytes before they wait (or null)
-    bool pdu_start = false;  // the first iovec of a PDU (PDUs are never split or interleaved)
+    SentCallback sent;           // fires when this iovec (the PDU's last) is fully sent
+    void* stable = nullptr;      // where to copy this iovec's bytes before they wait (or null)
+    uint32_t* digest = nullptr;  // where this iovec's CRC32C goes before its bytes leave
+    bool pdu_start = false;      // the first iovec of a PDU (PDUs are never split or interleaved)
   };
   // Socket full: where a new control PDU goes so that it leaves before the PDUs of other
   // commands that have not started to be sent (after the PDU being sent, and after control
   // PDUs moved there before it, so they keep their order).
   size_t control_slot() const;
-  void snapshot_waiting();  // the socket is full: copies every changeable iovec still queued
+  void snapshot_waiting();     // the socket is full: copies every changeable iovec still queued
+  void seal_digest(Entry& e);  // computes a deferred data digest (once)
   void commit(coalesce::FlushReason reason);
   void send_committed();
   // One batch of TLS records; false when the loop must stop (blocked or dead).

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "common/crc32c.h"
 
 namespace sens::transport {
 namespace {
@@ -210,10 +212,60 @@ TEST(SendQueue, PartialSendsLoseNoByte) {
   }
 }
 
+// A data digest of bytes that may change while they wait (a RAM namespace's, sent without a
+// copy) is computed as they leave: a write that lands while the PDU waits in its group changes
+// both the bytes and the digest, and a PDU that must wait for a full socket is copied and
+// digested together, so the digest always describes the bytes the peer receives.
+TEST(SendQueue, DeferredDigestDescribesTheBytesSent) {
+  for (bool socket_full : {false, true}) {
+    Reactor r;
+    Owner o;
+    Pair p(socket_full ? 4096 : 0);
+    auto c = cfg(coalesce::Policy::kUniform);
+    c.pdus = 2;
+    c.timeout = 10 * kSecond;
+    SendQueue q(r, c, o);
+    q.set_fd(p.fd[0]);
+    std::vector<uint8_t> filler(socket_full ? 1 << 20 : 0, 0xEE);
+    if (socket_full) {  // one PDU larger than the socket takes: the queue waits for EPOLLOUT
+      iovec f{filler.data(), filler.size()};
+      q.enqueue(&f, 1, coalesce::PduClass::kData);
+      iovec none{filler.data(), 1};
+      q.enqueue(&none, 1, coalesce::PduClass::kData);  // completes the group of 2: sent
+      ASSERT_TRUE(o.writable_wanted);
+    }
+    std::vector<uint8_t> block(4096, 0x11), stable(4096);
+    uint32_t digest = 0;
+    iovec v[2] = {{block.data(), block.size()}, {&digest, 4}};
+    q.enqueue_changeable(v, 2, 0, stable.data(), coalesce::PduClass::kData, {}, &digest);
+    std::fill(block.begin(), block.end(), 0x22);  // a write lands while the PDU waits
+    char tail = 'T';
+    iovec t{&tail, 1};
+    q.enqueue(&t, 1, coalesce::PduClass::kData);  // the group of 2 leaves (or waits its turn)
+    q.flush(coalesce::FlushReason::kClose);       // (socket full: the groups were cut otherwise)
+    std::vector<uint8_t> got;
+    Nanos stop = r.now() + 5 * kSecond;
+    while (got.size() < filler.size() + (socket_full ? 1 : 0) + 4096 + 4 + 1 && r.now() < stop) {
+      drain(p.fd[1], got);
+      if (o.writable_wanted) q.on_writable();
+      r.run_once(1 * kMilli);
+    }
+    const size_t at = filler.size() + (socket_full ? 1 : 0);
+    ASSERT_EQ(got.size(), at + 4096 + 4 + 1);
+    std::vector<uint8_t> sent(got.begin() + long(at), got.begin() + long(at) + 4096);
+    uint32_t wire;
+    std::memcpy(&wire, got.data() + at + 4096, 4);
+    EXPECT_EQ(wire, crc32c(sent.data(), sent.size())) << "socket full " << socket_full;
+    // Waiting behind a full socket, the block was copied as it was queued; otherwise it left
+    // with the write's bytes.
+    EXPECT_EQ(sent[0], socket_full ? 0x11 : 0x22) << "socket full " << socket_full;
+  }
+}
+
 // Socket full: an R2T queued behind waiting responses leaves right after the PDU being sent.
 TEST(SendQueue, ControlPduOvertakesWaitingPdusWhenTheSocketIsFull) {
-  for (auto policy : {coalesce::Policy::kSemantic, coalesce::Policy::kAdaptive,
-                      coalesce::Policy::kEager}) {
+  for (auto policy :
+       {coalesce::Policy::kSemantic, coalesce::Policy::kAdaptive, coalesce::Policy::kEager}) {
     Reactor r;
     Owner o;
     Pair p(4096);
@@ -239,8 +291,8 @@ TEST(SendQueue, ControlPduOvertakesWaitingPdusWhenTheSocketIsFull) {
       r.run_once(0);
     }
     ASSERT_EQ(got.size(), total) << coalesce::policy_name(policy);
-    size_t where = size_t(std::search(got.begin(), got.end(), r2t.begin(), r2t.end()) -
-                          got.begin());
+    size_t where =
+        size_t(std::search(got.begin(), got.end(), r2t.begin(), r2t.end()) - got.begin());
     if (policy == coalesce::Policy::kEager) {
       EXPECT_EQ(where, total - 24) << "eager keeps the order";
       EXPECT_EQ(q.counters().control_first, 0u);
