@@ -414,8 +414,10 @@ void Controller::shutdown(Nanos timeout) {
   if (admin_ && admin_->is_open()) {
     // NVMe/TCP has no Disconnect for the admin queue: shut the controller down, then close.
     const Nanos deadline = reactor_.now() + timeout;
-    ControllerOptions saved = options_;
-    options_.admin_timeout = std::min(options_.admin_timeout, timeout);
+    // Capped, not written into options_: the library's I/O queue set-ups read those on
+    // their own threads meanwhile.
+    const Nanos saved_cap = timeout_cap_.load(std::memory_order_relaxed);
+    set_timeout_cap(saved_cap > 0 ? std::min(saved_cap, timeout) : timeout);
     if (property_set(nvme::reg::kCc, (cc_ & ~(3u << 14)) | kCcShnNormal, false).empty()) {
       uint64_t csts = 0;
       while (reactor_.now() < deadline && admin_->is_open()) {
@@ -425,7 +427,7 @@ void Controller::shutdown(Nanos timeout) {
         while (reactor_.now() < until) reactor_.run_once(until - reactor_.now());
       }
     }
-    options_ = saved;
+    set_timeout_cap(saved_cap);
   }
   if (admin_) admin_->close("host disconnect");
 }
