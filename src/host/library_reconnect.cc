@@ -153,6 +153,9 @@ void IoQueueImpl::reconnect_inline(uint64_t ep) {
   setup_epoch_ = ep;
   setup_ = ctrl_->start_io_setup(poller_->reactor(), qid_, depth_, false,
                                  &IoQueueImpl::on_setup_finished, this);
+  // DH-HMAC-CHAP's DH exchange on the controller's thread, not the application's.
+  ControllerImpl* c = ctrl_.get();
+  setup_->set_offload([c](std::function<void()> job) { c->control().run_job(std::move(job)); });
   // A set-up that failed at once (no socket, bad address) is finished already.
   if (setup_->finished()) finish_reconnect();
 }

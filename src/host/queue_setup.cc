@@ -72,6 +72,10 @@ QueueSetup::QueueSetup(Reactor& reactor, Controller& ctrl, const QueueOptions& q
 
 QueueSetup::~QueueSetup() {
   step_ = Step::kFailed;  // what the queue's close calls back with is ignored
+  if (handoff_) {
+    std::lock_guard<std::mutex> g(handoff_->mu);
+    handoff_->setup = nullptr;  // an offloaded step's result goes nowhere
+  }
   reactor_.cancel(deadline_);
   if (queue_) {
     queue_->set_on_open(nullptr, nullptr);
@@ -196,7 +200,7 @@ void QueueSetup::command_done(const Completion& c) {
       return fail(e);
     if (!authenticate) return finish(Step::kDone);
     step_ = Step::kAuth;
-    auth_ = std::make_unique<DhchapExchange>(ctrl_, qo_.qid);
+    auth_ = std::make_shared<DhchapExchange>(ctrl_, qo_.qid);
     auth_wait_ = AuthWait::kNegotiateSent;
     return send_auth(auth_->negotiate());
   }
@@ -209,6 +213,7 @@ void QueueSetup::command_done(const Completion& c) {
       return receive_auth();
     case AuthWait::kChallenge:
       auth_wait_ = AuthWait::kReplySent;
+      if (offload_) return challenge_offloaded(c);
       return send_auth(auth_->on_challenge(c, data_.data()));
     case AuthWait::kSuccess1: {
       DhchapExchange::Step s = auth_->on_success1(c, data_.data());
@@ -236,6 +241,37 @@ void QueueSetup::send_auth(DhchapExchange::Step s) {
   const uint32_t len = uint32_t(data_.size());
   send_command(nvme::auth::make_auth_send(len, nvme::Xfer::kInCapsule), DataDir::kHostToController,
                len);
+}
+
+void QueueSetup::challenge_offloaded(const Completion& c) {
+  // The reply's DH exchange on another thread; its Step comes back through this reactor's
+  // mailbox, to this set-up if it still exists (the handoff outlives it).
+  if (!handoff_) {
+    handoff_ = std::make_shared<Handoff>();
+    handoff_->setup = this;
+  }
+  struct Job {
+    std::shared_ptr<DhchapExchange> auth;
+    std::shared_ptr<Handoff> handoff;
+    Completion c;
+    std::vector<uint8_t> msg;
+    DhchapExchange::Step step;
+  };
+  auto job = std::make_shared<Job>(Job{auth_, handoff_, c, data_, {}});
+  offload_([job] {
+    job->step = job->auth->on_challenge(job->c, job->msg.data());
+    std::lock_guard<std::mutex> g(job->handoff->mu);
+    // Set-up alive: so is its reactor (it goes after the set-up, which clears this first).
+    if (QueueSetup* s = job->handoff->setup)
+      s->reactor_.post([job] {
+        QueueSetup* self = nullptr;
+        {
+          std::lock_guard<std::mutex> g2(job->handoff->mu);
+          self = job->handoff->setup;
+        }
+        if (self && !self->finished()) self->send_auth(std::move(job->step));
+      });
+  });
 }
 
 void QueueSetup::receive_auth() {
