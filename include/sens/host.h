@@ -277,6 +277,11 @@ class IoQueue {
   uint32_t depth() const;
   uint32_t inflight() const;
   int connection() const;  // the controller connection index carrying it (-1: its own)
+  // Its own connection's state (ShareMode::kNone), for stats and tests; the poller's thread:
+  // "open", "down", or while it reconnects the step its set-up waits for ("tcp-connect",
+  // "tls", "icresp", "fabrics-connect", "dh-hmac-chap"), which the poller advances without
+  // blocking. "shared" on a shared connection.
+  const char* connection_state() const;
 
   host::IoQueueImpl& impl() { return *impl_; }
 
@@ -315,7 +320,10 @@ class Controller {
 
   // A submitting queue of `depth` commands, driven by `poller` (null: callbacks on the
   // connection owner's thread). Call it on the poller's thread. Null and *error on failure
-  // (no qid left, no room in a shared connection's cid space, connect refused).
+  // (no qid left, no room in a shared connection's cid space, connect refused). With
+  // ShareMode::kNone it connects before returning, waiting (up to connect_timeout_ms, then
+  // admin_timeout_ms per set-up command) on this thread; its reconnects never wait: the
+  // poller's calls advance them while its other queues keep running (connection_state()).
   std::unique_ptr<IoQueue> create_io_queue(Poller* poller, uint32_t depth = 32,
                                            std::string* error = nullptr);
 

@@ -114,16 +114,19 @@ Completion Controller::wait_command(Queue& q, const nvme::Sqe& sqe, void* buf, u
   return w.c;
 }
 
-std::string Controller::connect_queue(Queue& q, uint16_t qid, uint16_t sqsize) {
-  nvme::ConnectData data;
+nvme::Sqe Controller::connect_command(uint16_t qid, uint16_t sqsize,
+                                      nvme::ConnectData* data) const {
   uint8_t hostid[16];
   std::memcpy(hostid, options_.hostid.data(), 16);
-  nvme::fill_connect_data(data, hostid, qid == 0 ? 0xFFFF : cntlid(), trid_.subnqn, hostnqn_);
+  nvme::fill_connect_data(*data, hostid, qid == 0 ? 0xFFFF : cntlid(), trid_.subnqn, hostnqn_);
   uint8_t cattr = options_.disable_sqflow ? nvme::kCattrDisableSqFlowControl : 0;
   // KATO is a property of the controller: only the admin Connect carries it.
-  nvme::Sqe sqe = nvme::make_connect(qid, sqsize, qid == 0 ? options_.kato_ms : 0, cattr);
-  Completion c =
-      wait_command(q, sqe, &data, sizeof(data), DataDir::kHostToController, admin_timeout());
+  return nvme::make_connect(qid, sqsize, qid == 0 ? options_.kato_ms : 0, cattr);
+}
+
+std::string Controller::connect_answer(uint16_t qid, const Completion& c, const Queue& q,
+                                       bool* authenticate) {
+  *authenticate = false;
   if (!c.ok()) {
     std::string why =
         "Connect qid " + std::to_string(qid) + " to " + trid_.subnqn + ": " + describe(c);
@@ -138,12 +141,25 @@ std::string Controller::connect_queue(Queue& q, uint16_t qid, uint16_t sqsize) {
     return "Connect qid " + std::to_string(qid) +
            ": the controller requires secure channel concatenation (AUTHREQ.ASCR), not "
            "supported";
-  if (c.dw0 & nvme::auth::kAuthreqAtr) return authenticate(q, qid);
+  if (c.dw0 & nvme::auth::kAuthreqAtr) {
+    *authenticate = true;
+    return "";
+  }
   if (have_ctrl_key_)
     return "Connect qid " + std::to_string(qid) +
            ": a controller secret was given, but the controller does not ask to "
            "authenticate (AUTHREQ.ATR clear): it cannot be authenticated";
   return "";
+}
+
+std::string Controller::connect_queue(Queue& q, uint16_t qid, uint16_t sqsize) {
+  nvme::ConnectData data;
+  const nvme::Sqe sqe = connect_command(qid, sqsize, &data);
+  Completion c =
+      wait_command(q, sqe, &data, sizeof(data), DataDir::kHostToController, admin_timeout());
+  bool auth = false;
+  if (std::string e = connect_answer(qid, c, q, &auth); !e.empty()) return e;
+  return auth ? authenticate(q, qid) : "";
 }
 
 std::string Controller::connect(const TransportId& trid, const ControllerOptions& options) {
@@ -398,8 +414,10 @@ void Controller::shutdown(Nanos timeout) {
   if (admin_ && admin_->is_open()) {
     // NVMe/TCP has no Disconnect for the admin queue: shut the controller down, then close.
     const Nanos deadline = reactor_.now() + timeout;
-    ControllerOptions saved = options_;
-    options_.admin_timeout = std::min(options_.admin_timeout, timeout);
+    // Capped, not written into options_: the library's I/O queue set-ups read those on
+    // their own threads meanwhile.
+    const Nanos saved_cap = timeout_cap_.load(std::memory_order_relaxed);
+    set_timeout_cap(saved_cap > 0 ? std::min(saved_cap, timeout) : timeout);
     if (property_set(nvme::reg::kCc, (cc_ & ~(3u << 14)) | kCcShnNormal, false).empty()) {
       uint64_t csts = 0;
       while (reactor_.now() < deadline && admin_->is_open()) {
@@ -409,7 +427,7 @@ void Controller::shutdown(Nanos timeout) {
         while (reactor_.now() < until) reactor_.run_once(until - reactor_.now());
       }
     }
-    options_ = saved;
+    set_timeout_cap(saved_cap);
   }
   if (admin_) admin_->close("host disconnect");
 }

@@ -56,6 +56,8 @@ struct NamespaceInfo {
   uint64_t bytes() const { return blocks * block_size; }
 };
 
+class DhchapExchange;
+
 class Controller {
  public:
   explicit Controller(Reactor& reactor);
@@ -131,6 +133,11 @@ class Controller {
   // queues), then DH-HMAC-CHAP if the controller asks for it; runs the queue's reactor until
   // done. "" or what failed.
   std::string connect_queue(Queue& q, uint16_t qid, uint16_t sqsize);
+  // The same in pieces, for a set-up that does not wait (host/queue_setup.h): the Connect
+  // command (its data into *data), and the verdict on its answer: "" or what failed, and
+  // whether DH-HMAC-CHAP (a DhchapExchange) must follow.
+  nvme::Sqe connect_command(uint16_t qid, uint16_t sqsize, nvme::ConnectData* data) const;
+  std::string connect_answer(uint16_t qid, const Completion& c, const Queue& q, bool* authenticate);
   // The TLS context every queue of this controller uses (null: plain TCP).
   transport::TlsContext* tls() const { return tls_.get(); }
 
@@ -140,6 +147,7 @@ class Controller {
   uint64_t keep_alives_sent() const { return keep_alives_.load(std::memory_order_relaxed); }
 
  private:
+  friend class DhchapExchange;
   Completion wait_command(Queue& q, const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir,
                           Nanos timeout);
   std::string authenticate(Queue& q, uint16_t qid);  // host/dhchap.cc
@@ -180,6 +188,43 @@ class Controller {
   void* on_lost_ctx_ = nullptr;
   uint8_t auth_hash_ = 0, auth_dhgroup_ = 0;
   std::atomic<uint64_t> authentications_{0};
+};
+
+// One DH-HMAC-CHAP transaction of the host on one queue (NVMe Base 2.0 8.13.5), message by
+// message, so that the blocking Controller::authenticate and the non-blocking queue set-up
+// run the same checks. Each step says what to send next with AUTH_Send (`send`; empty:
+// nothing) and "" or what failed (`error`). A step with both: the host refuses (FAILURE2):
+// send it, whatever becomes of that, then fail with `error`.
+class DhchapExchange {
+ public:
+  static constexpr uint32_t kReceiveBytes = 4096;  // AL of every AUTH_Receive (ffdhe8192 fits)
+  struct Step {
+    std::string error;
+    std::vector<uint8_t> send;
+  };
+  DhchapExchange(Controller& ctrl, uint16_t qid);
+  ~DhchapExchange();  // wipes the session key
+
+  Step negotiate();  // NEGOTIATE: every hash and group this host accepts
+  // The answers of AUTH_Receive: its completion and its kReceiveBytes of data.
+  Step on_challenge(const Completion& c, const uint8_t* msg);  // -> REPLY
+  Step on_success1(const Completion& c, const uint8_t* msg);   // -> SUCCESS2 (bidirectional)
+  std::string send_failed(const Completion& c) const;          // AUTH_Send did not succeed
+  void finished();  // the last message is sent: the queue is authenticated
+
+ private:
+  std::string check(const Completion& c, const uint8_t* msg, uint8_t expected) const;
+  Step refuse(uint8_t reason, const std::string& why) const;
+
+  Controller& ctrl_;
+  uint16_t qid_;
+  std::string where_;
+  uint16_t t_id_ = 0;
+  uint8_t hashid_ = 0, dhgid_ = 0;
+  size_t hl_ = 0, dhvlen_ = 0;
+  std::vector<uint8_t> session_key_;
+  uint8_t c2_[64] = {};  // our challenge to the controller (bidirectional; 64: SHA-512)
+  uint32_t s2_ = 0;
 };
 
 // Text for a Completion: "LBA out of range (0x080)".

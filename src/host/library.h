@@ -22,6 +22,7 @@
 #include "common/spsc_ring.h"
 #include "host/controller.h"
 #include "host/queue.h"
+#include "host/queue_setup.h"
 #include "reactor/reactor.h"
 #include "wire/nvme_build.h"
 
@@ -322,6 +323,9 @@ class IoQueueImpl {
   uint32_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
   int connection() const { return shared_ ? shared_->index() : -1; }
   bool closed() const { return closed_; }
+  // The inline connection's state, for stats and tests (the poller's thread): "open", "down",
+  // a reconnect's step (QueueSetup::Step's name), or "shared".
+  const char* connection_state() const;
   Queue* inline_queue() { return inline_.get(); }
   SharedConnection* shared() { return shared_; }
   PollerImpl* poller() { return poller_; }
@@ -331,7 +335,13 @@ class IoQueueImpl {
   static void on_inline_failure(void* ctx, Queue& q);
   bool pop_cid(uint16_t* cid);
   void fail_later(uint16_t cid);  // a command of a failed controller: path error, later
+  // Reconnect of the inline connection without blocking the poller's thread: starts a
+  // QueueSetup for association `epoch`, which the poller's reactor advances; once it is
+  // finished (the poller's next call), the connection goes live and the held commands are sent
+  // again, or the controller hears of the failure.
   void reconnect_inline(uint64_t epoch);
+  static void on_setup_finished(void* ctx);
+  void finish_reconnect();
   // Completes every cid of `list` with `c`.
   void fail_list(std::vector<uint16_t>& list, const Completion& c);
   // What a command whose connection went gets: aborted when the queue or the controller is
@@ -357,8 +367,10 @@ class IoQueueImpl {
   // and the last one a reconnect was tried for.
   std::vector<uint16_t> held_, failed_, scratch_;
   uint64_t epoch_ = 0, tried_ = 0;
-  bool closing_ = false;  // close() runs: nothing is held any more
-  bool closed_ = false;   // close() ran (or runs): submissions -ENODEV
+  std::unique_ptr<QueueSetup> setup_;  // the inline connection's reconnect in progress
+  uint64_t setup_epoch_ = 0;           // the association it is for
+  bool closing_ = false;               // close() runs: nothing is held any more
+  bool closed_ = false;                // close() ran (or runs): submissions -ENODEV
 };
 
 // Shared: sens::Controller and each IoQueueImpl hold it, so its threads and connections stay
@@ -398,8 +410,14 @@ class ControllerImpl : public std::enable_shared_from_this<ControllerImpl> {
 
   // Makes I/O queue `qid` on `reactor` (called on its thread, which drives it here): the TCP
   // connection, ICReq/ICResp, Fabrics Connect and DH-HMAC-CHAP when asked; `*out` on success.
+  // Blocking: set-up (create_io_queue) and the library's own threads use it.
   std::string open_io(Reactor& reactor, uint16_t qid, uint32_t depth, bool shared_lock,
                       std::unique_ptr<Queue>* out);
+  // The same without waiting (on the reactor's thread): the set-up advances as the reactor
+  // runs, and calls on_finished(ctx) once it is done or failed (see QueueSetup).
+  std::unique_ptr<QueueSetup> start_io_setup(Reactor& reactor, uint16_t qid, uint32_t depth,
+                                             bool shared_lock, void (*on_finished)(void*),
+                                             void* ctx);
   QueueOptions io_queue_options(uint16_t qid, uint32_t depth, bool shared_lock) const;
   int take_qid();  // -1 when none is left
   void give_qid(uint16_t qid);

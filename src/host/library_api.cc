@@ -103,6 +103,9 @@ uint32_t IoQueue::inflight() const {
 int IoQueue::connection() const {
   return impl_->connection();
 }
+const char* IoQueue::connection_state() const {
+  return impl_->connection_state();
+}
 
 Controller::Controller(std::shared_ptr<host::ControllerImpl> impl) : impl_(std::move(impl)) {}
 Controller::~Controller() {

@@ -87,18 +87,22 @@ QueueOptions ControllerImpl::io_queue_options(uint16_t qid, uint32_t depth, bool
   return qo;
 }
 
+std::unique_ptr<QueueSetup> ControllerImpl::start_io_setup(Reactor& r, uint16_t qid, uint32_t depth,
+                                                           bool shared_lock,
+                                                           void (*on_finished)(void*), void* ctx) {
+  auto s = std::make_unique<QueueSetup>(r, *ctrl_, io_queue_options(qid, depth, shared_lock),
+                                        incapsule_, on_finished, ctx);
+  s->start();
+  return s;
+}
+
 std::string ControllerImpl::open_io(Reactor& r, uint16_t qid, uint32_t depth, bool shared_lock,
                                     std::unique_ptr<Queue>* out) {
-  auto q = std::make_unique<Queue>(r, io_queue_options(qid, depth, shared_lock));
-  sockaddr_storage ss;
-  socklen_t len;
-  if (!trid_sockaddr(trid(), &ss, &len)) return "bad address " + trid().traddr;
-  const Nanos deadline = r.now() + admin_controller().connect_timeout();
-  if (std::string e = q->open(reinterpret_cast<sockaddr*>(&ss), len, deadline); !e.empty())
-    return "I/O queue " + std::to_string(qid) + ": " + e;
-  if (std::string e = ctrl_->connect_queue(*q, qid, uint16_t(depth)); !e.empty()) return e;
-  q->set_incapsule_limit(incapsule_);
-  *out = std::move(q);
+  // The non-blocking set-up, waited for: the set-up's own deadlines end it.
+  std::unique_ptr<QueueSetup> s = start_io_setup(r, qid, depth, shared_lock, nullptr, nullptr);
+  while (!s->finished()) r.run_once(10 * kMilli);
+  if (s->step() == QueueSetup::Step::kFailed) return s->error();
+  *out = s->take();
   return "";
 }
 

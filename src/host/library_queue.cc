@@ -52,7 +52,8 @@ void IoQueueImpl::close() {
   if (inline_) {
     // Its own connection: deleting the queue deletes the SQ (NVMe/TCP: the connection goes),
     // so what is in flight is aborted at once (on_inline_done), and nothing reads or writes
-    // the caller's buffers after this.
+    // the caller's buffers after this. A reconnect in progress is abandoned.
+    setup_.reset();
     inline_->close("I/O queue deleted");
     fail_list(held_, aborted_completion());
     inline_.reset();

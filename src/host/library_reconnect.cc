@@ -9,6 +9,14 @@
 // again (at most kMaxRetries times each); inline queues reconnect on their pollers' threads when
 // the pollers see the new epoch (recover()). Past ctrl_loss_tmo the controller fails, and held
 // commands complete with the path error.
+//
+// An inline queue's reconnect never blocks its poller's thread (the application's): it is a
+// QueueSetup (host/queue_setup.h), TCP connect, TLS, ICReq, Fabrics Connect and DH-HMAC-CHAP
+// advanced by the poller's reactor as their sockets become ready, with the blocking set-up's
+// deadlines; the poller's next call after it finishes sends the held commands, or reports the
+// failure (connection_lost), which starts the next attempt as any loss does. The admin queue and
+// the shared connections reconnect on the library's own threads (the controller's, the owners'),
+// which wait for their steps: no application thread runs them.
 #include <algorithm>
 
 #include "common/log.h"
@@ -122,14 +130,17 @@ void IoQueueImpl::on_inline_failure(void* ctx, Queue& q) {
 void IoQueueImpl::recover() {
   if (!failed_.empty()) fail_list(failed_, gone());
   if (!inline_ || closing_) return;
+  if (setup_ && setup_->finished()) finish_reconnect();
   const ControllerState st = ctrl_->state();
   const uint64_t ep = ctrl_->epoch();
   if (st == ControllerState::kFailed || st == ControllerState::kClosed) {
+    setup_.reset();
     // In flight: the path error (failed), or aborted (the controller was deleted).
     if (inline_->is_open())
       inline_->close(st == ControllerState::kClosed ? "controller deleted" : "controller failed");
     fail_list(held_, gone());
   } else if (st == ControllerState::kReconnecting) {
+    setup_.reset();                                                     // its association is gone
     if (inline_->is_open()) inline_->close("controller reconnecting");  // in flight: held
   } else if (ep != epoch_ && tried_ != ep) {
     tried_ = ep;  // once per association: a failure sends the controller reconnecting again
@@ -139,11 +150,36 @@ void IoQueueImpl::recover() {
 
 void IoQueueImpl::reconnect_inline(uint64_t ep) {
   if (inline_->is_open()) inline_->close("reconnecting");  // the old association's
-  std::unique_ptr<Queue> q;
-  if (std::string err = ctrl_->open_io(poller_->reactor(), qid_, depth_, false, &q); !err.empty()) {
-    ctrl_->connection_lost(ep, "reconnect: " + err);
+  setup_epoch_ = ep;
+  setup_ = ctrl_->start_io_setup(poller_->reactor(), qid_, depth_, false,
+                                 &IoQueueImpl::on_setup_finished, this);
+  // DH-HMAC-CHAP's DH exchange on the controller's thread, not the application's.
+  ControllerImpl* c = ctrl_.get();
+  setup_->set_offload([c](std::function<void()> job) { c->control().run_job(std::move(job)); });
+  // A set-up that failed at once (no socket, bad address) is finished already.
+  if (setup_->finished()) finish_reconnect();
+}
+
+void IoQueueImpl::on_setup_finished(void* ctx) {
+  // Inside the reactor's pass: the poller's next call (it does not sleep first) finishes.
+  static_cast<IoQueueImpl*>(ctx)->poller_->mark_local_work();
+}
+
+const char* IoQueueImpl::connection_state() const {
+  if (!inline_) return shared_ ? "shared" : "down";
+  if (setup_) return queue_setup_step_name(setup_->step());
+  return inline_->is_open() ? "open" : "down";
+}
+
+void IoQueueImpl::finish_reconnect() {
+  std::unique_ptr<QueueSetup> s = std::move(setup_);
+  const uint64_t ep = setup_epoch_;
+  if (s->step() != QueueSetup::Step::kDone) {
+    ctrl_->connection_lost(ep, "reconnect: " + s->error());
     return;
   }
+  std::unique_ptr<Queue> q = s->take();
+  s.reset();
   q->set_on_failure(&IoQueueImpl::on_inline_failure, this);
   inline_ = std::move(q);
   epoch_ = ep;

@@ -105,17 +105,16 @@ std::string Queue::open_fd(int fd, Nanos deadline) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails on socketpairs: fine
+  std::unique_ptr<transport::TlsChannel> tls;
   if (options_.tls) {
-    // TLS 1.3 first (NVMe/TCP 1.1): set-up, not the data path, so a poll() loop to the deadline.
-    tls_ = std::make_unique<transport::TlsChannel>(*options_.tls, fd);
+    // TLS 1.3 first (NVMe/TCP 1.1). The blocking form: a poll() loop to the deadline.
+    tls = std::make_unique<transport::TlsChannel>(*options_.tls, fd);
     for (;;) {
       using Io = transport::TlsChannel::Io;
-      Io io = tls_->handshake();
+      Io io = tls->handshake();
       if (io == Io::kOk) break;
       if (io != Io::kWantRead && io != Io::kWantWrite) {
-        std::string why = tls_->error();
-        if (why.find("alert handshake failure") != std::string::npos)
-          why += " (the target knows no PSK for this identity: wrong key, host or subsystem?)";
+        std::string why = tls_handshake_error(*tls);
         ::close(fd);
         return why;
       }
@@ -126,6 +125,21 @@ std::string Queue::open_fd(int fd, Nanos deadline) {
         return "TLS handshake: no answer before the connect timeout";
       }
     }
+  }
+  if (std::string e = begin(fd, std::move(tls)); !e.empty()) return e;
+  while (state_ == State::kIcWait && reactor_.now() < deadline)
+    reactor_.run_once(std::min<Nanos>(deadline - reactor_.now(), 10 * kMilli));
+  if (state_ == State::kIcWait) fail("no ICResp before the connect timeout");
+  return state_ == State::kOpen ? std::string() : error_;
+}
+
+std::string Queue::begin(int fd, std::unique_ptr<transport::TlsChannel> tls) {
+  if (state_ != State::kIdle) {
+    ::close(fd);
+    return "queue already opened";
+  }
+  if (tls) {
+    tls_ = std::move(tls);
     reader_.set_tls(tls_.get());
     send_->set_tls(tls_.get());
   }
@@ -141,10 +155,7 @@ std::string Queue::open_fd(int fd, Nanos deadline) {
   pdu::build_icreq(ic_slot_.icreq, digest, 0);
   iovec iov{&ic_slot_, pdu::kICLen};
   send_->enqueue(&iov, 1, PduClass::kUrgent);
-  while (state_ == State::kIcWait && reactor_.now() < deadline)
-    reactor_.run_once(std::min<Nanos>(deadline - reactor_.now(), 10 * kMilli));
-  if (state_ == State::kIcWait) fail("no ICResp before the connect timeout");
-  return state_ == State::kOpen ? std::string() : error_;
+  return state_ == State::kIcWait || state_ == State::kOpen ? std::string() : error_;
 }
 
 bool Queue::submit(const nvme::Sqe& sqe, void* buf, uint32_t len, DataDir dir, Callback cb,
@@ -320,7 +331,8 @@ bool Queue::on_icresp(const pdu::ICResp& resp) {
   state_ = State::kOpen;
   watchdog_tick_ = std::clamp<Nanos>(options_.command_timeout / 4, 10 * kMilli, 250 * kMilli);
   reactor_.arm(watchdog_, reactor_.now() + watchdog_tick_);
-  return true;
+  if (on_open_) on_open_(on_open_ctx_, *this);
+  return state_ == State::kOpen;
 }
 
 bool Queue::on_capsule_resp(const pdu::CapsuleResp& resp) {

@@ -71,6 +71,9 @@ struct H2CChunk {
   uint32_t offset = 0, length = 0;
   bool last = false;  // DATA_LAST: the final PDU of this R2T's range
 };
+// A failed TLS handshake's error, with a hint for the usual cause (no PSK for the identity).
+std::string tls_handshake_error(const transport::TlsChannel& tls);
+
 // Splits the R2T range [r2t_offset, r2t_end) into PDUs of at most maxh2cdata bytes; `issued` is
 // the offset where the next one starts. length == 0 when the range is covered.
 H2CChunk next_h2c_chunk(uint32_t issued, uint32_t r2t_end, uint32_t maxh2cdata);
@@ -91,6 +94,10 @@ class Queue final : public EventHandler,
   std::string open(const sockaddr* addr, socklen_t addr_len, Nanos deadline);
   // The same over a socket already connected (tests use a socketpair); takes ownership.
   std::string open_fd(int fd, Nanos deadline);
+  // The non-blocking start: over a connected socket (and its TLS channel, handshake done, if
+  // the queue uses TLS), sends ICReq and returns at once ("" or an error; takes the socket).
+  // The queue is kIcWait until the reactor delivers ICResp (on_open) or fails it (on_failure).
+  std::string begin(int fd, std::unique_ptr<transport::TlsChannel> tls);
 
   // Queues a command. The queue sets the cid and the SGL (in-capsule when the data fits, else
   // transport); `buf` stays the caller's until the callback runs. Returns false when no slot
@@ -134,6 +141,11 @@ class Queue final : public EventHandler,
   void set_on_failure(void (*fn)(void* ctx, Queue& q), void* ctx) {
     on_failure_ = fn;
     on_failure_ctx_ = ctx;
+  }
+  // Observes ICResp (kIcWait -> kOpen), on the reactor's thread: a set-up that did not wait.
+  void set_on_open(void (*fn)(void* ctx, Queue& q), void* ctx) {
+    on_open_ = fn;
+    on_open_ctx_ = ctx;
   }
 
  private:
@@ -220,6 +232,8 @@ class Queue final : public EventHandler,
   std::atomic<int> remote_send_error_{0};  // errno of a remote submitter's failed send
   void (*on_failure_)(void*, Queue&) = nullptr;
   void* on_failure_ctx_ = nullptr;
+  void (*on_open_)(void*, Queue&) = nullptr;
+  void* on_open_ctx_ = nullptr;
 };
 
 }  // namespace sens::host
