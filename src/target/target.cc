@@ -48,7 +48,7 @@ buffers::PoolOptions pool_options(const Target& t, uint64_t limit, uint32_t max_
   o.limit_bytes = limit;
   o.max_buffer = max_buffer;
   o.layout = c.buffers;
-  o.share_bytes = limit / 100 * c.pool_share;  // issue 29: no connection holds more
+  o.share_bytes = limit * c.pool_share / 100;  // issue 29: no connection holds more
   if (c.buffers != buffers::Layout::kTyche) return o;
   o.geometry = t.cache_geometry();
   if (throttled)
