@@ -44,6 +44,7 @@ BufferPool::BufferPool(const PoolOptions& options)
   const uint64_t largest = uint64_t(1) << shift;
   limit_ = std::max(limit_, largest);
   if (options_.receive_budget) options_.receive_budget = std::max(options_.receive_budget, largest);
+  if (options_.share_bytes) share_ = std::max(options_.share_bytes, largest);
   if (options_.layout != Layout::kTyche) return;
 
   l2_ = options_.geometry.level(2);
@@ -149,9 +150,46 @@ void BufferPool::drop(int cls, uint8_t* b) {
   stats_.allocated_bytes -= size;
 }
 
-uint8_t* BufferPool::take(int cls, bool receive) {
-  if (over_budget(cls, receive)) return nullptr;
+bool BufferPool::within_reserve(const Account* a, uint32_t size) const {
+  return a && a->attached && a->in_use + size <= reserve_bytes();
+}
+
+bool BufferPool::over_share(const Account* a, uint32_t size) const {
+  return a && share_ && a->in_use + size > share_;
+}
+
+uint64_t BufferPool::held_back() const {
+  // At most half the pool: past that many connections a reserve is a best effort, and the
+  // others still have half the pool to share.
+  return std::min(unused_reserve_, limit_ / 2);
+}
+
+void BufferPool::charge(Account* a, uint32_t size, bool take) {
+  if (!a) return;
+  const uint64_t r = reserve_bytes();
+  const uint64_t unused_before = r - std::min(a->in_use, r);
+  a->in_use = take ? a->in_use + size : a->in_use - size;
+  const uint64_t unused_after = r - std::min(a->in_use, r);
+  if (!a->attached) return;
+  unused_reserve_ = unused_reserve_ - unused_before + unused_after;
+  stats_.held_back = held_back();
+}
+
+uint8_t* BufferPool::take(int cls, bool receive, Account* account) {
   const uint32_t size = 1u << (kMinShift + cls);
+  const bool reserve = within_reserve(account, size);
+  if (reserve) {
+    // Held back for it: only more reserves than half the pool leave it without room.
+    if (stats_.in_use_bytes + size > limit_) return nullptr;
+  } else {
+    if (over_budget(cls, receive)) return nullptr;
+    uint64_t unused = unused_reserve_;
+    if (account && account->attached) {
+      const uint64_t r = reserve_bytes();
+      unused -= std::min<uint64_t>(account->in_use + size, r) - std::min(account->in_use, r);
+    }
+    if (stats_.in_use_bytes + size + std::min(unused, limit_ / 2) > limit_) return nullptr;
+  }
   auto& list = free_[size_t(cls)];
   uint8_t* b = nullptr;
   if (!list.empty()) {
@@ -167,6 +205,8 @@ uint8_t* BufferPool::take(int cls, bool receive) {
   }
   stats_.in_use_bytes += size;
   if (receive) stats_.receive_in_use_bytes += size;
+  if (reserve) ++stats_.reserve_gets;
+  charge(account, size, true);
   account_colours(b, size, true);
   return b;
 }
@@ -181,16 +221,19 @@ bool BufferPool::release_one_other(int except) {
   return false;
 }
 
-uint8_t* BufferPool::get(uint32_t bytes, bool receive) {
+uint8_t* BufferPool::get(uint32_t bytes, bool receive, Account* account) {
   if (bytes > max_buffer()) return nullptr;
   ++stats_.gets;
   const int cls = class_of(bytes);
-  if (head_) {  // others wait already: no overtaking
-    ++stats_.waits;
-    if (over_budget(cls, receive)) ++stats_.throttled;
-    return nullptr;
-  }
-  uint8_t* b = take(cls, receive);
+  const uint32_t size = 1u << (kMinShift + cls);
+  uint8_t* b = nullptr;
+  const bool capped = over_share(account, size);
+  // No overtaking those who wait, except into one's own reserve (which is held back for it).
+  const bool queue_ahead = reserve_head_ || (!within_reserve(account, size) && head_);
+  if (capped)
+    ++stats_.share_capped;
+  else if (!queue_ahead)
+    b = take(cls, receive, account);
   if (!b) {
     ++stats_.waits;
     if (over_budget(cls, receive)) ++stats_.throttled;
@@ -198,57 +241,131 @@ uint8_t* BufferPool::get(uint32_t bytes, bool receive) {
   return b;
 }
 
+void BufferPool::push(Waiter*& head, Waiter*& tail, Waiter* w) {
+  w->next = nullptr;
+  if (tail)
+    tail->next = w;
+  else
+    head = w;
+  tail = w;
+}
+
+BufferPool::Waiter* BufferPool::pop(Waiter*& head, Waiter*& tail) {
+  Waiter* w = head;
+  head = w->next;
+  if (!head) tail = nullptr;
+  w->next = nullptr;
+  return w;
+}
+
+bool BufferPool::unlink(Waiter*& head, Waiter*& tail, Waiter* w) {
+  Waiter* prev = nullptr;
+  for (Waiter* p = head; p; prev = p, p = p->next) {
+    if (p != w) continue;
+    (prev ? prev->next : head) = p->next;
+    if (tail == p) tail = prev;
+    p->next = nullptr;
+    return true;
+  }
+  return false;
+}
+
+void BufferPool::enqueue(Waiter* w) {
+  const uint32_t size = class_bytes(w->bytes);
+  Account* a = w->account;
+  if (over_share(a, size))
+    push(a->parked_head, a->parked_tail, w);  // out of everyone's way until it puts back
+  else if (within_reserve(a, size))
+    push(reserve_head_, reserve_tail_, w);
+  else
+    push(head_, tail_, w);
+}
+
 void BufferPool::wait(Waiter* w) {
   if (w->queued) return;
   w->queued = true;
-  w->next = nullptr;
   w->buf = nullptr;
-  if (tail_)
-    tail_->next = w;
-  else
-    head_ = w;
-  tail_ = w;
   ++stats_.waiting;
+  enqueue(w);
   serve_waiters();  // the pool may have room already (e.g. only others were cached)
 }
 
 void BufferPool::cancel(Waiter* w) {
   if (!w->queued) return;
-  Waiter* prev = nullptr;
-  for (Waiter* p = head_; p; prev = p, p = p->next) {
-    if (p != w) continue;
-    (prev ? prev->next : head_) = p->next;
-    if (tail_ == p) tail_ = prev;
-    break;
-  }
+  Account* a = w->account;
+  if (!unlink(reserve_head_, reserve_tail_, w) && !unlink(head_, tail_, w) && a)
+    unlink(a->parked_head, a->parked_tail, w);
   w->queued = false;
   w->next = nullptr;
   --stats_.waiting;
 }
 
-void BufferPool::put(uint8_t* buf, uint32_t bytes, bool receive) {
+void BufferPool::attach(Account* a) {
+  if (a->attached) return;
+  a->attached = true;
+  ++stats_.accounts;
+  unused_reserve_ += reserve_bytes() - std::min(a->in_use, reserve_bytes());
+  stats_.held_back = held_back();
+}
+
+void BufferPool::detach(Account* a) {
+  if (!a->attached) return;
+  while (a->parked_head) cancel(a->parked_head);
+  unused_reserve_ -= reserve_bytes() - std::min(a->in_use, reserve_bytes());
+  a->attached = false;
+  --stats_.accounts;
+  stats_.held_back = held_back();
+  serve_waiters();  // its reserve is free for the others now
+}
+
+void BufferPool::put(uint8_t* buf, uint32_t bytes, bool receive, Account* account) {
   if (!buf) return;
   const int cls = class_of(bytes);
   const uint32_t size = 1u << (kMinShift + cls);
   stats_.in_use_bytes -= size;
   if (receive) stats_.receive_in_use_bytes -= size;
+  charge(account, size, false);
   account_colours(buf, size, false);
   free_[size_t(cls)].push_back(buf);
+  if (account && account->parked_head) {
+    // Back under its share: as many of its parked waiters as now fit rejoin, in order.
+    uint64_t will_hold = account->in_use;
+    while (account->parked_head) {
+      const uint32_t want = class_bytes(account->parked_head->bytes);
+      if (share_ && will_hold + want > share_) break;
+      will_hold += want;
+      Waiter* w = pop(account->parked_head, account->parked_tail);
+      if (within_reserve(account, want))
+        push(reserve_head_, reserve_tail_, w);
+      else
+        push(head_, tail_, w);
+    }
+  }
   serve_waiters();
 }
 
+bool BufferPool::serve(Waiter*& head, Waiter*& tail, bool reserve_queue) {
+  Waiter* w = head;
+  if (!w) return false;
+  const uint32_t size = class_bytes(w->bytes);
+  Account* a = w->account;
+  if (over_share(a, size) || within_reserve(a, size) != reserve_queue) {
+    // Its account took or gave back buffers since it queued: it belongs on another list.
+    enqueue(pop(head, tail));
+    return true;
+  }
+  uint8_t* b = take(class_of(w->bytes), w->receive, a);
+  if (!b) return false;
+  pop(head, tail);
+  w->queued = false;
+  w->buf = b;
+  --stats_.waiting;
+  w->ready(w);  // may put() or wait() again: the caller's loop re-reads the lists
+  return true;
+}
+
 void BufferPool::serve_waiters() {
-  while (head_) {
-    Waiter* w = head_;
-    uint8_t* b = take(class_of(w->bytes), w->receive);
-    if (!b) return;
-    head_ = w->next;
-    if (!head_) tail_ = nullptr;
-    w->next = nullptr;
-    w->queued = false;
-    w->buf = b;
-    --stats_.waiting;
-    w->ready(w);  // may put() or wait() again: the loop re-reads head_
+  while (serve(reserve_head_, reserve_tail_, true) || serve(head_, tail_, false)) {
   }
 }
 

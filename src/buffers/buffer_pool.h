@@ -16,6 +16,12 @@
 //   * Throttler: buffers for data the host sends (R2T writes) are held within a byte budget
 //     derived from the cache; over it a command waits for its buffer (so its R2T leaves
 //     later), it never fails.
+//
+// Fair shares (issue 29): a connection takes its buffers through an Account attached to the
+// pool. Each account has a reserve of one largest buffer that the pool holds back for it (up
+// to half the pool across all accounts), so a connection can always run one command however
+// busy the others are; and no account holds more than `share_bytes`. A waiter over its share
+// is parked on its account, out of the FIFO, so it never blocks those under theirs.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,6 +45,8 @@ struct PoolOptions {
   uint64_t receive_budget = 0;  // tyche: bytes of receive buffers in use at once; 0: none
   bool huge_pages = true;       // tyche: ask for 2 MiB pages
   bool spread_heads = false;    // tyche: buffers hot at their start (conflict_free_stride)
+  // The most one Account may hold (at least one largest buffer); 0: no cap.
+  uint64_t share_bytes = 0;
 };
 
 // The default receive budget of a reactor: half its L2 plus its share of the L3 (the last
@@ -49,6 +57,7 @@ class BufferPool {
  public:
   // Someone waiting for a buffer of `bytes`. `ready` runs (on the pool's thread) once a
   // buffer is set aside for it in `buf`; the waiter owns it from then on.
+  struct Account;
   struct Waiter {
     Waiter* next = nullptr;
     uint32_t bytes = 0;
@@ -56,6 +65,15 @@ class BufferPool {
     uint8_t* buf = nullptr;
     bool queued = false;
     void (*ready)(Waiter*) = nullptr;
+    Account* account = nullptr;  // whose share it counts against (null: nobody's)
+  };
+  // One user's (a connection's) part of the pool. Attach it before use and detach it once it
+  // holds nothing; pass it to get(), put() and in Waiter::account.
+  struct Account {
+    uint64_t in_use = 0;            // bytes it holds
+    Waiter* parked_head = nullptr;  // its waiters over its share, first come first
+    Waiter* parked_tail = nullptr;
+    bool attached = false;
   };
 
   struct Stats {
@@ -65,7 +83,11 @@ class BufferPool {
     uint64_t gets = 0;
     uint64_t waits = 0;  // gets that found the pool at its bound (or over the receive budget)
     uint64_t waiting = 0;
-    uint64_t throttled = 0;  // waits of receive buffers that found the budget spent
+    uint64_t throttled = 0;     // waits of receive buffers that found the budget spent
+    uint64_t share_capped = 0;  // gets refused because their account was at its share
+    uint64_t reserve_gets = 0;  // buffers served from an account's reserve
+    uint64_t accounts = 0;      // attached
+    uint64_t held_back = 0;     // bytes held back for reserves not in use (now)
   };
 
   BufferPool(uint64_t limit_bytes, uint32_t max_buffer);  // naive, as before
@@ -75,12 +97,17 @@ class BufferPool {
   BufferPool& operator=(const BufferPool&) = delete;
 
   // A 4 KiB-aligned buffer of at least `bytes`, or nullptr when the pool is at its bound (or
-  // others already wait: first come, first served). `receive`: see Waiter.
-  uint8_t* get(uint32_t bytes, bool receive = false);
+  // others already wait: first come, first served; or `account` is at its share). A get
+  // within the account's reserve overtakes the waiters. `receive`: see Waiter.
+  uint8_t* get(uint32_t bytes, bool receive = false, Account* account = nullptr);
   // Waits for a buffer of `w->bytes` (after get() returned nullptr). Cancel with cancel().
   void wait(Waiter* w);
   void cancel(Waiter* w);
-  void put(uint8_t* buf, uint32_t bytes, bool receive = false);
+  void put(uint8_t* buf, uint32_t bytes, bool receive = false, Account* account = nullptr);
+  void attach(Account* account);
+  void detach(Account* account);  // after it has put everything back and cancelled its waits
+  uint64_t reserve_bytes() const { return max_buffer(); }
+  uint64_t share_bytes() const { return share_; }  // 0: no cap
 
   // The capacity a buffer for `bytes` really has (its size class).
   uint32_t class_bytes(uint32_t bytes) const;
@@ -111,10 +138,21 @@ class BufferPool {
   };
 
   int class_of(uint32_t bytes) const;
-  uint8_t* take(int cls, bool receive);  // nullptr at the bound or over the budget
-  uint8_t* carve(int cls);               // new memory for a buffer of the class
-  void drop(int cls, uint8_t* b);        // gives a cached buffer's memory back
-  bool release_one_other(int except);    // frees a cached buffer of another class
+  // nullptr at the bound, over the budget, or into the reserves others hold back
+  uint8_t* take(int cls, bool receive, Account* account);
+  bool within_reserve(const Account* a, uint32_t size) const;
+  bool over_share(const Account* a, uint32_t size) const;
+  uint64_t held_back() const;  // bytes of reserves not in use that the pool keeps free
+  void charge(Account* a, uint32_t size, bool take);
+  // Waiter lists: the reserve queue (served first), the FIFO, an account's parked list.
+  static void push(Waiter*& head, Waiter*& tail, Waiter* w);
+  static Waiter* pop(Waiter*& head, Waiter*& tail);
+  static bool unlink(Waiter*& head, Waiter*& tail, Waiter* w);
+  void enqueue(Waiter* w);  // onto the list its account's state calls for
+  bool serve(Waiter*& head, Waiter*& tail, bool reserve_queue);
+  uint8_t* carve(int cls);             // new memory for a buffer of the class
+  void drop(int cls, uint8_t* b);      // gives a cached buffer's memory back
+  bool release_one_other(int except);  // frees a cached buffer of another class
   bool over_budget(int cls, bool receive) const;
   void account_colours(const uint8_t* b, uint32_t size, bool in_use);
   void serve_waiters();
@@ -126,8 +164,12 @@ class BufferPool {
   std::vector<Class> tyche_;                 // per class, tyche only
   std::vector<uint64_t> colour_in_use_;      // per L2 colour, tyche only
   const CacheLevel* l2_ = nullptr;
-  Waiter* head_ = nullptr;
+  Waiter* head_ = nullptr;  // the FIFO
   Waiter* tail_ = nullptr;
+  Waiter* reserve_head_ = nullptr;  // waiters within their reserve (only when oversubscribed)
+  Waiter* reserve_tail_ = nullptr;
+  uint64_t share_ = 0;
+  uint64_t unused_reserve_ = 0;  // sum over accounts of the reserve they do not use
   Stats stats_;
 };
 

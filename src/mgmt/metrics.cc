@@ -218,6 +218,15 @@ void subsystem_metrics(Exposition& e, const target::MetricsSnapshot& m) {
   e.family("sens_tls_handshake_failures_total", "counter",
            "TLS handshakes that failed on a TLS listener (the connection was closed)");
   e.sample("sens_tls_handshake_failures_total", {}, tls_failed);
+  // issue 29: the stall deadlines (--stall-timeout)
+  e.family("sens_stalled_connections_total", "counter",
+           "Connections ended because a send, H2CData or a PDU stalled for --stall-timeout");
+  const char* const stall_kinds[] = {"", "send", "h2c", "pdu"};
+  for (int k = 1; k < 4; ++k) {
+    uint64_t n = 0;
+    for (auto& r : m.reactors) n += r.stalled[k];
+    e.sample("sens_stalled_connections_total", {{"kind", stall_kinds[k]}}, n);
+  }
 }
 
 void reactor_metrics(Exposition& e, const target::MetricsSnapshot& m) {
@@ -278,6 +287,10 @@ void reactor_metrics(Exposition& e, const target::MetricsSnapshot& m) {
        "Requests for a buffer that found the pool at its bound and waited",
        [](const ReactorSnapshot& r) { return r.pool.waits; },
        [](const ReactorSnapshot& r) { return r.inline_pool.waits; }},
+      {"sens_buffer_pool_share_capped_total", "counter",
+       "Requests for a buffer refused because their connection held its share (--pool-share)",
+       [](const ReactorSnapshot& r) { return r.pool.share_capped; },
+       [](const ReactorSnapshot& r) { return r.inline_pool.share_capped; }},
       {"sens_buffer_pool_waiting", "gauge", "Requests waiting for a buffer now",
        [](const ReactorSnapshot& r) { return r.pool.waiting; },
        [](const ReactorSnapshot& r) { return r.inline_pool.waiting; }},

@@ -308,6 +308,12 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
     return "--max-connections must be in 1..1000000";
   if (c.buffer_pool < 4 * uint64_t(c.max_io) || c.buffer_pool > (1ull << 40))
     return "--buffer-pool must be at least 4 x --max-io (and at most 1 TiB)";
+  if (c.pool_share < 1 || c.pool_share > 100)
+    return "--pool-share must be a percentage in 1..100 (have " + std::to_string(c.pool_share) +
+           ")";
+  if (c.stall_timeout_ms != 0 && (c.stall_timeout_ms < 100 || c.stall_timeout_ms > 3600000))
+    return "--stall-timeout must be 0 (never) or in 100ms..3600s (have " +
+           std::to_string(c.stall_timeout_ms) + " ms)";
   if (c.coalesce.pdus < 1 || c.coalesce.pdus > 1024) return "--pg-pdus must be in 1..1024";
   if (c.coalesce.ctrl_pdus < 1 || c.coalesce.ctrl_pdus > 1024)
     return "--ctrl-pdus must be in 1..1024";

@@ -101,6 +101,12 @@ struct TargetConfig {
   uint64_t buffer_pool = 256ull << 20;  // I/O buffer bytes per reactor (in-flight data bound)
   buffers::Layout buffers = buffers::Layout::kNaive;  // --buffers naive|tyche
   uint64_t receive_budget = 0;  // tyche: R2T data buffers in use at once; 0: from the caches
+  // Issue 29: the most one connection may hold of its reactor's buffer pools, in percent
+  // (each also keeps a reserve of one largest buffer, see buffers/buffer_pool.h).
+  uint32_t pool_share = 25;
+  // A send that makes no progress, H2CData that does not come after its R2T, or a PDU left
+  // unfinished for this long ends the connection (stall_watch.h); 0: never.
+  uint32_t stall_timeout_ms = 30000;
   coalesce::Config coalesce;
   // DH-HMAC-CHAP: the hash functions and DH groups this target accepts, preferred first
   // (HashIDs 1..3, DHgroupIDs 0 null .. 5 ffdhe8192).

@@ -258,7 +258,8 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error,
       }
     } else if (key == "inline_data" || key == "max_h2c_data" || key == "max_io" ||
                key == "queue_size" || key == "max_io_queues" || key == "cores" ||
-               key == "poll_max_us" || key == "sock_buf" || key == "max_connections") {
+               key == "poll_max_us" || key == "sock_buf" || key == "max_connections" ||
+               key == "pool_share" || key == "stall_timeout_ms") {
       if (!json_size(v, key, &n, error)) return false;
       if (n > UINT32_MAX) {
         *error = "config key '" + key + "': too large";
@@ -280,6 +281,10 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error,
         c->sock_buf = uint32_t(n);
       else if (key == "max_connections")
         c->max_connections = uint32_t(n);
+      else if (key == "pool_share")
+        c->pool_share = uint32_t(n);
+      else if (key == "stall_timeout_ms")
+        c->stall_timeout_ms = uint32_t(n);
       else
         c->poll_max_us = n;
     } else if (key == "poll") {
@@ -405,6 +410,8 @@ std::string to_json_text(const TargetConfig& c, bool with_secrets) {
   j["buffer_pool"] = c.buffer_pool;
   j["buffers"] = buffers::layout_name(c.buffers);
   j["receive_budget"] = c.receive_budget;
+  j["pool_share"] = c.pool_share;
+  j["stall_timeout_ms"] = c.stall_timeout_ms;
   j["coalesce"] = coalesce_json(c.coalesce);
   if (!c.stats_json.empty()) j["stats_json"] = c.stats_json;
   if (c.strict_nqn) j["strict_nqn"] = true;

@@ -48,6 +48,7 @@ buffers::PoolOptions pool_options(const Target& t, uint64_t limit, uint32_t max_
   o.limit_bytes = limit;
   o.max_buffer = max_buffer;
   o.layout = c.buffers;
+  o.share_bytes = limit * c.pool_share / 100;  // issue 29: no connection holds more
   if (c.buffers != buffers::Layout::kTyche) return o;
   o.geometry = t.cache_geometry();
   if (throttled)
@@ -224,7 +225,17 @@ nlohmann::json ReactorContext::stats_json() {
                       {"inline_allocated_bytes", inline_pool.stats().allocated_bytes},
                       {"inline_waits", inline_pool.stats().waits},
                       {"reader_holds", holds},
-                      {"layout", buffers::layout_name(pool.layout())}};
+                      {"layout", buffers::layout_name(pool.layout())},
+                      // issue 29: fair shares (buffer_pool.h)
+                      {"share_bytes", pool.share_bytes()},
+                      {"share_capped", ps.share_capped},
+                      {"reserve_gets", ps.reserve_gets},
+                      {"held_back_bytes", ps.held_back},
+                      {"inline_share_capped", inline_pool.stats().share_capped}};
+  // issue 29: connections ended by a stall deadline (stall_watch.h)
+  j["stalled_connections"] = {{"send", io_metrics.stalled[int(StallWatch::Kind::kSend)]},
+                              {"h2c", io_metrics.stalled[int(StallWatch::Kind::kH2C)]},
+                              {"pdu", io_metrics.stalled[int(StallWatch::Kind::kPdu)]}};
   if (pool.layout() == buffers::Layout::kTyche) {
     auto& b = j["buffer_pool"];
     const auto& colours = pool.colour_in_use();

@@ -47,7 +47,11 @@ TcpQueue::TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint)
       pool_(ctx.pool),
       inline_pool_(ctx.inline_pool),
       ka_timer_([this] { on_keep_alive_timer(); }),
-      setup_timer_([this] { on_setup_timer(); }) {
+      setup_timer_([this] { on_setup_timer(); }),
+      stall_(Nanos(ctx.config.stall_timeout_ms) * kMilli),  // issue 29 hook
+      stall_timer_([this] { on_stall_timer(); }) {          // issue 29 hook
+  pool_.attach(&pool_account_);                             // issue 29 hook: pool shares
+  inline_pool_.attach(&inline_account_);                    // issue 29 hook
   sendq_.set_fd(fd_);
   // Until Connect names the queue, nothing is delayed: the admin queue never is.
   coalesce::Config urgent = ctx.config.coalesce;
@@ -56,6 +60,7 @@ TcpQueue::TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint)
   reader_.set_max_plen(pdu::kMaxHlen + 2 * pdu::kDigestLen + kAdminDataMax);
   reader_waiter_.queue = this;
   reader_waiter_.ready = &TcpQueue::on_reader_buffer;
+  reader_waiter_.account = &inline_account_;  // issue 29 hook
   if (endpoint_.tls && ctx.target.tls()) {
     tls_ = std::make_unique<transport::TlsChannel>(*ctx.target.tls(), fd_);
     state_ = State::kHandshake;  // the set-up deadline bounds the handshake too
@@ -70,12 +75,14 @@ TcpQueue::~TcpQueue() {
   if (!closed_) close("destroyed");
   ctx_.reactor.add_outstanding(-active_requests_);  // requests a close left behind
   inline_pool_.cancel(&reader_waiter_);
-  inline_pool_.put(held_buf_, held_bytes_);
+  inline_pool_.put(held_buf_, held_bytes_, false, &inline_account_);
   for (auto& s : slots_) {
     pool_.cancel(s.get());
     give_back_buffer(s->req);
     bind_ns(s->req, nullptr);  // requests the close left behind let their namespace go
   }
+  pool_.detach(&pool_account_);  // issue 29 hook: everything is back
+  inline_pool_.detach(&inline_account_);
   if (staging_mem_) ctx_.staging_pool->put(staging_mem_, kIoStaging);  // the reader is done
 }
 
@@ -170,13 +177,14 @@ void TcpQueue::close(const char* why) {
   sendq_.shutdown();  // nothing may write to the descriptor number once it is closed
   ctx_.reactor.cancel(ka_timer_);
   ctx_.reactor.cancel(setup_timer_);
+  ctx_.reactor.cancel(stall_timer_);  // issue 29 hook
   ctx_.reactor.remove(fd_, this);
   ::close(fd_);
   fd_ = -1;
   ctx_.target.connection_closed();
   // Buffers come back now, except those device I/O still writes into (device_done frees them).
   inline_pool_.cancel(&reader_waiter_);
-  inline_pool_.put(held_buf_, held_bytes_);
+  inline_pool_.put(held_buf_, held_bytes_, false, &inline_account_);
   held_buf_ = nullptr;
   for (auto& s : slots_) {
     pool_.cancel(s.get());
@@ -295,6 +303,7 @@ TcpQueue::Slot* TcpQueue::take_slot() {
     auto s = std::make_unique<Slot>();
     s->queue = this;
     s->ready = &TcpQueue::on_slot_buffer;
+    s->account = &pool_account_;  // issue 29 hook
     s->req.index = uint16_t(slots_.size());
     s->req.io.user = s.get();
     s->req.io.on_complete = &TcpQueue::on_device_done;
@@ -331,7 +340,7 @@ bool TcpQueue::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& lay
       if (held_buf_) {
         buf = held_buf_, buf_bytes = held_bytes_;
         held_buf_ = nullptr;
-      } else if ((buf = inline_pool_.get(layout.data_len)) != nullptr) {
+      } else if ((buf = inline_pool_.get(layout.data_len, false, &inline_account_)) != nullptr) {
         buf_bytes = layout.data_len;
       } else {
         reader_waiter_.bytes = layout.data_len;
@@ -552,6 +561,7 @@ void TcpQueue::on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, ui
   }
   // Keep alive starts once the host may send one: a host computing its DH value sends nothing.
   if (qid_ == 0 && ctrl_->kato_ms && !auth) reset_keep_alive();
+  start_stall_watch();  // issue 29 hook
 }
 
 void TcpQueue::on_authenticated(bool ok) {

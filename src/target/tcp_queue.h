@@ -15,6 +15,7 @@
 #include "target/command_queue.h"
 #include "target/metrics_source.h"
 #include "target/qos_reactor.h"
+#include "target/stall_watch.h"
 #include "transport/pdu_reader.h"
 #include "transport/send_queue.h"
 #include "transport/tls.h"
@@ -164,6 +165,10 @@ class TcpQueue final : public CommandQueue,
   void count_done(Request& r, uint16_t status);  // the metrics of an answered I/O command
   coalesce::PduClass data_class() const;
 
+  // Issue 29 hooks (tcp_stall.cc): the stall deadlines, looked at every timeout / 4.
+  void start_stall_watch();
+  void on_stall_timer();
+
   void watch(bool readable, bool writable);
   void reset_keep_alive();
   void on_keep_alive_timer();
@@ -194,6 +199,8 @@ class TcpQueue final : public CommandQueue,
   transport::SendQueue sendq_;
   BufferPool& pool_;         // reads, R2T data, admin pages
   BufferPool& inline_pool_;  // in-capsule data (see ReactorContext::inline_pool)
+  // This connection's shares of the two pools (issue 29: reserve and cap, buffer_pool.h).
+  BufferPool::Account pool_account_, inline_account_;
 
   std::vector<std::unique_ptr<Slot>> slots_;  // grown on demand up to sq_entries_
   std::vector<uint16_t> free_;
@@ -224,6 +231,8 @@ class TcpQueue final : public CommandQueue,
   pdu::HeaderSlot ic_hdr_{}, term_hdr_{};
   Timer ka_timer_;
   Timer setup_timer_;  // ICReq + Connect deadline; later, the deadline to send a C2HTermReq
+  StallWatch stall_;   // issue 29: send / H2CData / unfinished PDU deadlines
+  Timer stall_timer_;
   Nanos last_admin_ = 0;
 };
 

@@ -149,7 +149,8 @@ void TcpQueue::obtain_buffer(Request& r) {
   // Data the host is asked for (R2T) counts against the receive budget: over it, the R2T
   // leaves once buffers drain.
   r.buf_receive = r.fetch;
-  if ((r.buf = pool_.get(r.buf_bytes, r.buf_receive)) != nullptr) return have_buffer(r);
+  if ((r.buf = pool_.get(r.buf_bytes, r.buf_receive, &pool_account_)) != nullptr)
+    return have_buffer(r);
   Slot* slot = slots_[r.index].get();
   slot->bytes = r.buf_bytes;
   slot->receive = r.buf_receive;
@@ -259,7 +260,10 @@ uint32_t TcpQueue::pdus_in_progress() const {
 }
 
 void TcpQueue::give_back_buffer(Request& r) {
-  (r.buf_inline ? inline_pool_ : pool_).put(r.buf, r.buf_bytes, r.buf_receive);
+  if (r.buf_inline)  // issue 29 hook: each pool's share of this connection
+    inline_pool_.put(r.buf, r.buf_bytes, r.buf_receive, &inline_account_);
+  else
+    pool_.put(r.buf, r.buf_bytes, r.buf_receive, &pool_account_);
   r.buf = nullptr;
   r.buf_inline = false;
   r.buf_receive = false;

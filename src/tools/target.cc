@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "common/log.h"
 #include "common/units.h"
@@ -20,6 +22,24 @@
 
 namespace sens::tools {
 namespace {
+
+// "30s", "500ms", "30" (seconds): milliseconds, or nullopt (not a duration, or over 2^32 ms).
+std::optional<uint32_t> parse_millis(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 9) return std::nullopt;
+  const uint64_t n = std::stoull(text.substr(0, digits));
+  const std::string unit = text.substr(digits);
+  uint64_t ms;
+  if (unit == "ms")
+    ms = n;
+  else if (unit == "s" || unit.empty())
+    ms = n * 1000;
+  else
+    return std::nullopt;
+  if (ms > UINT32_MAX) return std::nullopt;
+  return uint32_t(ms);
+}
 
 bool write_stats(target::Target& t, const std::string& path) {
   if (path.empty()) return true;
@@ -154,6 +174,15 @@ int run_target(int argc, char** argv) {
                  "tyche: bytes of R2T write data in flight per reactor; over it R2Ts wait "
                  "(0: half the L2 plus this core's share of the L3)")
       ->default_str("0");
+  app.add_option("--pool-share", cli.pool_share,
+                 "percent of a reactor's buffer pool one connection may hold (each also keeps "
+                 "a reserve of one largest buffer), so a host that stops reading cannot pin it")
+      ->default_val(25);
+  std::string stall_timeout = "30s";
+  app.add_option("--stall-timeout", stall_timeout,
+                 "end a connection whose send makes no progress, whose H2CData does not come "
+                 "after its R2T, or whose PDU stays unfinished this long (30s, 500ms; 0: never)")
+      ->default_str("30s");
   app.add_option("--stats-json", cli.stats_json,
                  "write the coalescing counters here at exit and on SIGUSR1");
   std::string rpc_path = "/var/tmp/sens.sock";
@@ -210,6 +239,17 @@ int run_target(int argc, char** argv) {
     cfg.buffer_pool = *v;
   }
   if (given("--buffers")) buffers::parse_layout(buffer_layout, &cfg.buffers);
+  if (given("--pool-share")) cfg.pool_share = cli.pool_share;
+  if (given("--stall-timeout")) {
+    auto ms = parse_millis(stall_timeout);
+    if (!ms) {
+      std::fprintf(stderr,
+                   "sens target: --stall-timeout: '%s' is not a duration (e.g. 30s, 500ms)\n",
+                   stall_timeout.c_str());
+      return 2;
+    }
+    cfg.stall_timeout_ms = *ms;
+  }
   if (given("--receive-budget")) {
     auto v = parse_size(receive_budget);
     if (!v) {

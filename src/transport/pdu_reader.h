@@ -70,6 +70,8 @@ class PduReader {
   // reads nothing, so the peer meets TCP back-pressure instead of an error.
   void hold() { held_ = true; }
   bool held() const { return held_; }
+  // Part of a PDU (header, payload or digest) is in and the rest is not (stall deadlines).
+  bool mid_pdu() const { return state_ != State::kHeader || header_have_ != 0 || rd_ != wr_; }
   // Delivers the held header again and goes on with what is already buffered.
   Status resume();
 

@@ -256,6 +256,40 @@ const BadInput kBadInputs[] = {
      {},
      R"({"listen": ["127.0.0.1:LISTEN"], "max_connections": [1]})",
      {"max_connections"}},
+    // issue 29: fair pool shares and stall deadlines
+    {"PoolShareZero",
+     {"--pool-share", "0"},
+     "",
+     {"--pool-share must be a percentage in 1..100 (have 0)"}},
+    {"PoolShareOver100",
+     {"--pool-share", "101"},
+     "",
+     {"--pool-share must be a percentage in 1..100 (have 101)"}},
+    {"PoolShareNotANumber", {"--pool-share", "half"}, "", {"--pool-share", "half"}},
+    {"ConfigPoolShareTooLarge",
+     {},
+     R"({"listen": ["127.0.0.1:LISTEN"], "pool_share": 150})",
+     {"--pool-share must be a percentage in 1..100 (have 150)"}},
+    {"StallTimeoutNotADuration",
+     {"--stall-timeout", "soon"},
+     "",
+     {"--stall-timeout: 'soon' is not a duration (e.g. 30s, 500ms)"}},
+    {"StallTimeoutBadUnit",
+     {"--stall-timeout", "5m"},
+     "",
+     {"--stall-timeout: '5m' is not a duration"}},
+    {"StallTimeoutTooShort",
+     {"--stall-timeout", "50ms"},
+     "",
+     {"--stall-timeout must be 0 (never) or in 100ms..3600s (have 50 ms)"}},
+    {"StallTimeoutTooLong",
+     {"--stall-timeout", "3601s"},
+     "",
+     {"--stall-timeout must be 0 (never) or in 100ms..3600s (have 3601000 ms)"}},
+    {"ConfigStallTimeoutNotANumber",
+     {},
+     R"({"listen": ["127.0.0.1:LISTEN"], "stall_timeout_ms": "soon"})",
+     {"config key 'stall_timeout_ms'"}},
 };
 
 void PrintTo(const BadInput& b, std::ostream* os) {
@@ -311,6 +345,32 @@ TEST(CliTarget, DumpConfigPrintsTheEffectiveConfiguration) {
   EXPECT_EQ(j["coalesce"]["policy"], "uniform");
   EXPECT_EQ(j["cntlid_min"], 100);
   EXPECT_EQ(j["cntlid_max"], 199);
+}
+
+// issue 29: the share and the stall deadline reach the configuration, and a dumped
+// configuration read back gives the same values (what save_config writes is what loads).
+TEST(CliTarget, PoolShareAndStallTimeoutRoundTrip) {
+  RunResult r = run_command({SENS_BINARY, "target", "--listen", "127.0.0.1:4999", "--pool-share",
+                             "40", "--stall-timeout", "1500ms", "--dump-config"},
+                            3000);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["pool_share"], 40);
+  EXPECT_EQ(j["stall_timeout_ms"], 1500);
+  TempDir dir;
+  ASSERT_TRUE(write_file(dir.file("t.json"), r.out));
+  RunResult back =
+      run_command({SENS_BINARY, "target", "--config", dir.file("t.json"), "--dump-config"}, 3000);
+  ASSERT_EQ(back.code, 0) << back.err;
+  auto k = nlohmann::json::parse(back.out, nullptr, false);
+  EXPECT_EQ(k["pool_share"], 40);
+  EXPECT_EQ(k["stall_timeout_ms"], 1500);
+  RunResult defaults =
+      run_command({SENS_BINARY, "target", "--listen", "127.0.0.1:4999", "--dump-config"}, 3000);
+  auto d = nlohmann::json::parse(defaults.out, nullptr, false);
+  EXPECT_EQ(d["pool_share"], 25);
+  EXPECT_EQ(d["stall_timeout_ms"], 30000);
 }
 
 }  // namespace
