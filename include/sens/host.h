@@ -337,8 +337,6 @@ class Poller {
 
   LoopStats stats() const;  // this poller's loop (its thread's)
 
-  host::PollerImpl& impl() { return *impl_; }
-
  private:
   friend struct host::ApiAccess;
   std::unique_ptr<host::PollerImpl> impl_;
@@ -412,8 +410,6 @@ class IoQueue {
   // library's own buffer.
   bool use_receive_buffer(void* mem, size_t bytes);
 
-  host::IoQueueImpl& impl() { return *impl_; }
-
  private:
   friend struct host::ApiAccess;
   friend class host::ControllerImpl;
@@ -481,8 +477,6 @@ class Controller {
   int shared_connection_count() const;
   SharedConnectionStats shared_connection_stats(int index) const;
   void reset_shared_connection_stats();  // IoQueue::reset_stats for each of them
-
-  host::ControllerImpl& impl() { return *impl_; }
 
   // Orderly shutdown now (the destructor's work); idempotent. Not on a library thread.
   void shutdown();
