@@ -2,6 +2,7 @@
 // tests parse both, so neither changes lightly).
 #include <fstream>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 
 #include "common/units.h"
 #include "host/perf_engine.h"
