@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <ctime>
 #include <vector>
 
 #include "child.h"
@@ -34,7 +35,7 @@ bool wait_all(Poller& poller, Pending& p) {
 // `n` 4 KiB reads, `depth` at a time, on `q`.
 void read_n(Poller& poller, IoQueue& q, int n, int depth, Pending* p) {
   std::vector<uint8_t> buf(size_t(depth) * 4096);
-  std::vector<iovec> iov(size_t(depth));
+  std::vector<iovec> iov(static_cast<size_t>(depth));
   for (int done = 0; done < n; done += depth) {
     for (int i = 0; i < depth; ++i) {
       iov[size_t(i)] = {buf.data() + size_t(i) * 4096, 4096};
@@ -86,7 +87,8 @@ TEST(HostApi, ParseTridAsConnectDoes) {
 TEST(HostApi, PollerTimerFiresInsideProcessCompletionsAndCancels) {
   Poller poller;
   int fired = 0;
-  PollerTimer timer(poller, [](void* ctx) { ++*static_cast<int*>(ctx); }, &fired);
+  PollerTimer timer(
+      poller, [](void* ctx) { ++*static_cast<int*>(ctx); }, &fired);
   EXPECT_FALSE(timer.armed());
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
