@@ -22,6 +22,10 @@
 // the queue there too); callbacks run on it, inside process_completions(). A queue created
 // without a poller has its callbacks run on its connection's owner thread instead.
 //
+// Statistics and timers (below): what the loops, connections and coalescing did, and a timer
+// a poller runs, for applications that measure themselves (sens perf, the fio engine use this
+// header only). ABI: libsens_host.so.0; what changes the SONAME: docs/host-abi.md.
+//
 // Lost connections: the controller reconnects as the Linux host does (reconnect_delay_s,
 // ctrl_loss_tmo_s in ControllerOptions): I/O waits, then is retried, or fails with
 // Status::kHostPathError once ctrl_loss_tmo_s has passed.
@@ -88,6 +92,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sens {
@@ -96,6 +101,9 @@ namespace host {
 class ControllerImpl;
 class PollerImpl;
 class IoQueueImpl;
+class PollerTimerImpl;
+struct ConnectionStatsImpl;
+struct ApiAccess;  // the library's own way in (src/host/library.h); not an API
 }  // namespace host
 
 // An NVMe completion status: (SCT << 8) | SC, and DNR.
@@ -136,6 +144,21 @@ struct Completion {
   uint32_t dw0 = 0, dw1 = 0;  // command specific
 };
 using Callback = void (*)(void* ctx, const Completion& completion);
+
+// A transport ID as Controller::connect reads it ("trtype:tcp traddr:127.0.0.1 trsvcid:4420
+// subnqn:nqn..."; keys case-insensitive, traddr required).
+struct TransportId {
+  std::string trtype = "tcp";
+  std::string adrfam = "ipv4";  // "ipv4" or "ipv6"
+  std::string traddr;           // a numeric address
+  uint16_t trsvcid = 4420;
+  std::string subnqn;             // the discovery NQN when the text names none
+  std::string hostnqn;            // empty: the controller options' (or a generated one)
+  std::string to_string() const;  // the keys in this order (hostnqn if set), as connect() reads
+};
+// Parses `text` exactly as connect() does: true, or false and *error naming the offending
+// pair (unknown or repeated key, bad address or port, NQN too long, ...).
+bool parse_trid(std::string_view text, TransportId* out, std::string* error);
 
 enum class ShareMode : uint8_t { kNone, kLock, kSendList };
 const char* share_mode_name(ShareMode mode);  // "none", "lock", "sendlist"
@@ -225,6 +248,74 @@ struct AdminCommand {
   enum class Data : uint8_t { kNone, kToController, kFromController } data = Data::kNone;
 };
 
+// ---- Statistics (what `sens perf` and the fio engine report) ----
+//
+// Read them on the thread the object belongs to (a poller's, a queue's), or, for a shared
+// connection, anywhere but a library thread: the library reads it on its owner thread and
+// waits. None of this is on the I/O path: no counter here costs a submission anything.
+
+// A distribution (latencies, batch sizes) as the library's log-linear histograms summarize it
+// (percentiles within ~3 %), in the unit its name says.
+struct Summary {
+  uint64_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, p99_9 = 0, min = 0, max = 0;
+};
+
+// An event loop's work: a poller's (its thread's), or a shared connection's owner thread's.
+// Counters since the loop started.
+struct LoopStats {
+  uint64_t polls = 0;     // epoll_pwait2 calls
+  uint64_t sleeps = 0;    // polls that could block
+  uint64_t spins = 0;     // zero-timeout polls of hybrid polling that found nothing
+  uint64_t yields = 0;    // spinning polls that first yielded a crowded CPU
+  uint64_t wakeups = 0;   // polls that returned events or fired timers
+  Summary timer_late_us;  // how long after its deadline each timer fired (PollerTimer's too)
+};
+
+// One NVMe/TCP connection's send and receive path, or the sum of several (merge): a copyable
+// value, a snapshot. The system call counters run from the connection's opening; the
+// coalescing and send-list statistics from the last reset_stats() (or the opening).
+class ConnectionStats {
+ public:
+  ConnectionStats();
+  ~ConnectionStats();
+  ConnectionStats(const ConnectionStats& other);
+  ConnectionStats& operator=(const ConnectionStats& other);
+  // Adds `other`'s counters and histograms (exactly: percentiles of the sum, not of summaries).
+  void merge(const ConnectionStats& other);
+
+  uint64_t sendmsg_calls() const;  // since opened
+  uint64_t recv_calls() const;     // since opened
+  // SENS coalescing (ControllerOptions::coalesce): PDUs handed to the socket, the send calls
+  // that carried them, groups held past a pass (adaptive), flushed groups by reason ("capacity",
+  // "timer", ..., every reason, zeros included, in a fixed order), and distributions.
+  uint64_t pdus_sent() const;
+  uint64_t send_calls() const;
+  uint64_t holds() const;
+  std::vector<std::pair<std::string, uint64_t>> flushes() const;
+  uint64_t total_flushes() const;
+  Summary pdus_per_flush() const;
+  Summary r2t_delay_us() const;         // an R2T from entering a group to its flush
+  Summary timer_flush_late_us() const;  // a timer flush after its deadline
+  // ShareMode::kSendList: owner passes that found send-list entries, the entries drained, and
+  // entries per such pass (0 for other connections).
+  uint64_t drain_passes() const;
+  uint64_t drain_entries() const;
+  Summary drain_per_pass() const;
+
+ private:
+  friend struct host::ApiAccess;
+  std::unique_ptr<host::ConnectionStatsImpl> impl_;
+};
+
+// A shared connection (ShareMode::kLock, kSendList) with its owner thread's part.
+struct SharedConnectionStats {
+  int owner = 0;         // the owner thread's index: connections with the same owner share its loop
+  LoopStats owner_loop;  // the owner thread's loop (every connection it runs)
+  uint64_t owner_wakeups = 0;  // times a submitter woke the sleeping owner thread
+  ConnectionStats connection;
+};
+
 struct PollerOptions {
   std::string poll = "adaptive";  // off|adaptive|always, as ControllerOptions::poll
   uint32_t poll_max_us = 50;
@@ -244,10 +335,32 @@ class Poller {
   // number of callbacks run.
   int process_completions(uint32_t max = 0, int64_t timeout_ns = 0);
 
-  host::PollerImpl& impl() { return *impl_; }
+  LoopStats stats() const;  // this poller's loop (its thread's)
 
  private:
+  friend struct host::ApiAccess;
   std::unique_ptr<host::PollerImpl> impl_;
+};
+
+// A one-shot timer a poller runs: `fire(ctx)` runs on the poller's thread, inside
+// process_completions, once CLOCK_MONOTONIC has reached the deadline (process_completions'
+// timeout is cut short for it). For work of the application's own on the poller's thread,
+// e.g. pacing submissions to a rate (`sens perf --rate-iops`). Create, arm and destroy it on
+// the poller's thread, before the poller goes.
+class PollerTimer {
+ public:
+  PollerTimer(Poller& poller, void (*fire)(void* ctx), void* ctx);
+  ~PollerTimer();  // cancels it
+  PollerTimer(const PollerTimer&) = delete;
+  PollerTimer& operator=(const PollerTimer&) = delete;
+
+  // Arms (or moves) it for `deadline_ns` on CLOCK_MONOTONIC (clock_gettime, in nanoseconds).
+  void arm(int64_t deadline_ns);
+  void cancel();
+  bool armed() const;
+
+ private:
+  std::unique_ptr<host::PollerTimerImpl> impl_;
 };
 
 class IoQueue {
@@ -283,9 +396,27 @@ class IoQueue {
   // blocking. "shared" on a shared connection.
   const char* connection_state() const;
 
-  host::IoQueueImpl& impl() { return *impl_; }
+  // The connection carrying it. On a connection of its own (ShareMode::kNone) these read it
+  // here (call them on the queue's thread); on a shared one they read it on its owner thread
+  // and wait (not from a library thread).
+  uint16_t qid() const;         // the NVMe queue ID of its connection
+  uint32_t maxh2cdata() const;  // the controller's MAXH2CDATA (ICResp): bytes per H2CData PDU
+  // Why its own connection last failed ("" if it never did; a shared connection's failures
+  // are the controller's, see Controller::last_error).
+  std::string last_error() const;
+  ConnectionStats stats() const;
+  // Restarts the connection's coalescing and send-list statistics (not its counters). A
+  // shared connection's are every queue's on it.
+  void reset_stats();
+  // Connection of its own only: receive into the caller's `bytes` at `mem` from now on
+  // (e.g. a cache-coloured buffer) instead of the library's staging buffer. The memory stays
+  // the caller's and must outlive the queue. False, and nothing changes, on a shared
+  // connection or if it cannot hold what is already received. A reconnect goes back to the
+  // library's own buffer.
+  bool use_receive_buffer(void* mem, size_t bytes);
 
  private:
+  friend struct host::ApiAccess;
   friend class host::ControllerImpl;
   explicit IoQueue(std::unique_ptr<host::IoQueueImpl> impl);
   std::unique_ptr<host::IoQueueImpl> impl_;
@@ -346,13 +477,20 @@ class Controller {
   uint32_t max_transfer() const;  // MDTS in bytes (0: no limit)
   uint64_t keep_alives_sent() const;
   const ControllerOptions& options() const;
+  // The in-capsule data an I/O command may carry (IOCCSZ less the command): bytes.
+  uint32_t io_incapsule_bytes() const;
 
-  host::ControllerImpl& impl() { return *impl_; }
+  // The shared connections (ShareMode::kLock, kSendList; none with kNone), by index as
+  // IoQueue::connection() names them. Not from a library thread.
+  int shared_connection_count() const;
+  SharedConnectionStats shared_connection_stats(int index) const;
+  void reset_shared_connection_stats();  // IoQueue::reset_stats for each of them
 
   // Orderly shutdown now (the destructor's work); idempotent. Not on a library thread.
   void shutdown();
 
  private:
+  friend struct host::ApiAccess;
   friend class host::ControllerImpl;
   explicit Controller(std::shared_ptr<host::ControllerImpl> impl);
   std::shared_ptr<host::ControllerImpl> impl_;  // shared with its queues

@@ -3,9 +3,6 @@
 
 #include <sens/host.h>
 
-#include "host/library.h"
-#include "host/queue.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -203,47 +200,33 @@ extern "C" unsigned sens_fio_reap(sens_fio_queue* q, void** cookies, int* errors
 }
 
 extern "C" void sens_fio_stats(sens_fio_queue* q, char* out, size_t len) {
-  const sens::Reactor& r = q->poller->impl().reactor();
+  const sens::LoopStats r = q->poller->stats();
   const double n = q->completed ? double(q->completed) : 1.0;
-  int used =
-      std::snprintf(out, len,
-                    "%llu I/Os; per I/O: epoll %.3f (sleeps %.3f, empty spins %.3f, "
-                    "yields %.3f, wake-ups %.3f)",
-                    (unsigned long long)q->completed, r.stats().polls / n, r.stats().sleeps / n,
-                    r.stats().spins / n, r.stats().yields / n, r.stats().wakeups / n);
+  int used = std::snprintf(out, len,
+                           "%llu I/Os; per I/O: epoll %.3f (sleeps %.3f, empty spins %.3f, "
+                           "yields %.3f, wake-ups %.3f)",
+                           (unsigned long long)q->completed, r.polls / n, r.sleeps / n, r.spins / n,
+                           r.yields / n, r.wakeups / n);
   if (used < 0 || size_t(used) >= len) return;
   out += used;
   len -= size_t(used);
-  auto flush_ratio = [](const sens::host::Queue& iq) {
-    uint64_t flushes = 0;
-    for (uint64_t f : iq.send_queue().scheduler().stats().flushes) flushes += f;
-    return flushes ? double(iq.send_queue().scheduler().stats().pdus_sent) / double(flushes) : 0.0;
-  };
-  if (const sens::host::Queue* iq = q->q->impl().inline_queue()) {
+  // Its own connection's counters are this queue's (read here, on its thread); a shared one's
+  // are its owner thread's, for every job sharing it, so they are totals, not per I/O.
+  const sens::ConnectionStats c = q->q->stats();
+  const uint64_t flushes = c.total_flushes();
+  const double per_flush = flushes ? double(c.pdus_sent()) / double(flushes) : 0.0;
+  const int index = q->q->connection();
+  if (index < 0) {
+    if (q->q->qid() == 0) return;  // its connection is down
     std::snprintf(out, len, ", send %.3f recv %.3f; %.2f PDUs per flush (its own connection)",
-                  double(iq->send_queue().counters().sendmsg_calls) / n,
-                  double(iq->recv_counters().recv_calls) / n, flush_ratio(*iq));
+                  double(c.sendmsg_calls()) / n, double(c.recv_calls()) / n, per_flush);
     return;
   }
-  // lock / sendlist: the connection's sends and receives are its owner thread's, for every job
-  // sharing it, so they are read there and given as totals, not per I/O of this job.
-  sens::host::SharedConnection* c = q->q->impl().shared();
-  if (!c) return;
-  uint64_t sends = 0, recvs = 0, passes = 0, entries = 0;
-  double per_flush = 0;
-  c->owner().thread().call([&] {
-    if (const sens::host::Queue* cq = c->queue()) {
-      sends = cq->send_queue().counters().sendmsg_calls;
-      recvs = cq->recv_counters().recv_calls;
-      per_flush = flush_ratio(*cq);
-    }
-    passes = c->drain_stats().passes;
-    entries = c->drain_stats().entries;
-  });
+  const uint64_t passes = c.drain_passes(), entries = c.drain_entries();
   std::snprintf(out, len,
                 "; shared connection %d (%s, every job on it): %llu sends, %llu recvs, %.2f PDUs "
                 "per flush, %.1f send-list entries per drained pass",
-                c->index(), sens::share_mode_name(c->mode()), (unsigned long long)sends,
-                (unsigned long long)recvs, per_flush,
-                passes ? double(entries) / double(passes) : 0.0);
+                index, sens::share_mode_name(q->ctrl->options().share),
+                (unsigned long long)c.sendmsg_calls(), (unsigned long long)c.recv_calls(),
+                per_flush, passes ? double(entries) / double(passes) : 0.0);
 }

@@ -517,4 +517,13 @@ inline bool host_made(uint16_t status) {
   return status == kStatusHostPathError || status == kStatusHostAborted;
 }
 
+// The library's way to the implementations behind the public classes (the public header
+// names this struct a friend and exposes no accessor): for src/host and its tests only.
+struct ApiAccess {
+  static PollerImpl& impl(sens::Poller& p) { return *p.impl_; }
+  static IoQueueImpl& impl(sens::IoQueue& q) { return *q.impl_; }
+  static ControllerImpl& impl(sens::Controller& c) { return *c.impl_; }
+  static ConnectionStatsImpl& impl(sens::ConnectionStats& s) { return *s.impl_; }
+};
+
 }  // namespace sens::host

@@ -16,6 +16,30 @@ std::string Status::to_string() const {
   return std::string(host::completion_status_name(raw_)) + buf;
 }
 
+std::string TransportId::to_string() const {
+  host::TransportId t;
+  t.trtype = trtype;
+  t.adrfam = adrfam;
+  t.traddr = traddr;
+  t.trsvcid = trsvcid;
+  t.subnqn = subnqn;
+  t.hostnqn = hostnqn;
+  return t.to_string();
+}
+
+bool parse_trid(std::string_view text, TransportId* out, std::string* error) {
+  std::string scratch;
+  auto t = host::parse_trid(text, error ? error : &scratch);
+  if (!t) return false;
+  out->trtype = t->trtype;
+  out->adrfam = t->adrfam;
+  out->traddr = t->traddr;
+  out->trsvcid = t->trsvcid;
+  out->subnqn = t->subnqn;
+  out->hostnqn = t->hostnqn;
+  return true;
+}
+
 const char* share_mode_name(ShareMode m) {
   switch (m) {
     case ShareMode::kNone:

@@ -322,7 +322,7 @@ std::unique_ptr<sens::IoQueue> ControllerImpl::create_io_queue(Poller* poller, u
     err = "depth " + std::to_string(depth) + ": must be 1..4095";
     return nullptr;
   }
-  PollerImpl* p = poller ? &poller->impl() : nullptr;
+  PollerImpl* p = poller ? &ApiAccess::impl(*poller) : nullptr;
   auto impl = std::make_unique<IoQueueImpl>(shared_from_this(), p, depth);
   if (o_.share == ShareMode::kNone && p) {
     if (depth + 1 > mqes_) {

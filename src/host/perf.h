@@ -4,6 +4,12 @@
 // pins the process with taskset); every queue keeps `qd` commands in flight; each completion
 // records its latency in a log-bucketed histogram and submits the next I/O from the same
 // buffer. --share lock|sendlist puts the queues over --connections shared connections.
+//
+// An application of the host library: it uses include/sens/host.h only, never the library's
+// internals (the check_host_api target fails the build otherwise; docs/host-abi.md). Its files:
+// perf_options.cc (option checks), perf_worker.cc (a submitting thread: its queues and its
+// submission loop), perf_engine.cc (connecting, the threads' phases, measurement windows),
+// perf_report.cc (the text and JSON report); perf_engine.h is what they share.
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -13,8 +19,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "coalesce/scheduler.h"
-#include "host/trid.h"
-#include "reactor/reactor.h"
+#include "reactor/reactor.h"  // PollMode, the --poll names
 
 namespace sens::host {
 
@@ -26,8 +31,8 @@ bool rw_writes(RwMode mode);  // the mode issues writes
 bool rw_random(RwMode mode);
 
 struct PerfOptions {
-  std::string trid_text;  // -r
-  TransportId trid;       // filled by validate_perf_options
+  std::string trid_text;   // -r
+  sens::TransportId trid;  // filled by validate_perf_options
   RwMode rw = RwMode::kRandRead;
   int rwmixread = 50;  // percent of reads in rw/randrw
   bool rwmixread_given = false;
