@@ -901,7 +901,10 @@ Syscalls Engine::shared_syscalls() {
     const bool first = std::find(counted.begin(), counted.end(), &sc->owner()) == counted.end();
     if (first) counted.push_back(&sc->owner());
     sc->owner().thread().call([&] {
-      if (sc->queue()) s.add(queue_syscalls(*sc->queue()));
+      if (sc->queue()) {
+        std::lock_guard<std::mutex> g(sc->send_lock());  // kLock: submitters' threads send
+        s.add(queue_syscalls(*sc->queue()));
+      }
       if (first) s.add(reactor_syscalls(sc->owner().reactor()));
     });
     if (first) wake += sc->owner().doorbell_wakeups();
