@@ -107,7 +107,8 @@ tsan: deps
 # leak or sanitizer report fails the run.
 fuzz: deps
 	@./scripts/configure.sh $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DSENS_FUZZ=ON
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_pdu_reader fuzz_target_dispatch fuzz_reservation_record
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_pdu_reader fuzz_target_dispatch fuzz_reservation_record \
+	  fuzz_rpc_request
 	./tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 demo: sens
