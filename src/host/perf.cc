@@ -920,6 +920,7 @@ void Engine::begin_measure() {
   for (auto& sc : ctrl_->impl().shared())
     sc->owner().thread().call([&] {
       sc->reset_drain_stats();
+      std::lock_guard<std::mutex> g(sc->send_lock());  // kLock: submitters' threads flush
       if (sc->queue()) sc->queue()->send_queue().scheduler().stats() = {};
     });
 }
@@ -936,6 +937,7 @@ void Engine::end_measure() {
       drain_.passes += d.passes;
       drain_.entries += d.entries;
       drain_.per_pass.merge(d.per_pass);
+      std::lock_guard<std::mutex> g(sc->send_lock());
       if (sc->queue()) shared_coalesce_.merge(sc->queue()->send_queue().scheduler().stats());
     });
   measured_ = true;
