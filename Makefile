@@ -2,6 +2,7 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+TSAN_BUILD ?= build-tsan
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 # What building `sens` needs (make demo installs only these), then what the tests, the
@@ -19,7 +20,7 @@ CEPH_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime
 # configured, so that libsens_fio.so matches it (fio checks FIO_IOOPS_VERSION on load).
 FIO_SRC_ROOT ?= /usr/local/src/sens-fio
 
-.PHONY: all deps deps-build fio-src configure sens build test sanitize fuzz demo interop bench \
+.PHONY: all deps deps-build fio-src configure sens build test sanitize tsan fuzz demo interop bench \
 	build-times clean format install
 
 all: build
@@ -90,11 +91,24 @@ sanitize: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	./tests/sanitize.sh $(ASAN_BUILD)
 
+# The tests that run code on several threads (host library, reactors, worker thread, the
+# in-process target, and the `sens` children of the RPC, metrics and TLS suites), built with
+# ThreadSanitizer; any data race fails the run. Only what those tests need is built; which
+# tests and why: tests/tsan.sh.
+TSAN_TARGETS := sens test_common test_reactor test_transport test_mgmt test_storage test_target \
+	test_host test_integration
+tsan: deps
+	@./scripts/configure.sh $(TSAN_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DSENS_TSAN=ON
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
+	./tests/tsan.sh $(TSAN_BUILD)
+
 # libFuzzer targets (clang), each run FUZZ_SECONDS over tests/fuzz/corpus; a crash, hang,
 # leak or sanitizer report fails the run.
 fuzz: deps
 	@./scripts/configure.sh $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DSENS_FUZZ=ON
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_pdu_reader fuzz_target_dispatch fuzz_reservation_record
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_pdu_reader fuzz_target_dispatch fuzz_reservation_record \
+	  fuzz_rpc_request
 	./tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 demo: sens
@@ -110,4 +124,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)

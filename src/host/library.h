@@ -182,6 +182,8 @@ class SharedConnection final : public PassHook, public PassEndHandler {
 
   // Read on the owner thread (OwnerThread::thread().call).
   Queue* queue() { return queue_.get(); }
+  // kLock: submitters send (and count) under it: read the queue's send counters under it too.
+  std::mutex& send_lock() { return lock_; }
   const DrainStats& drain_stats() const { return drain_; }
   void reset_drain_stats() { drain_ = DrainStats{}; }
 

@@ -2,6 +2,7 @@
 // PollerTimer, the IoQueue and Controller readers) over the library's internals. Nothing here
 // runs per I/O.
 #include <algorithm>
+#include <mutex>
 
 #include "coalesce/scheduler.h"
 #include "host/library.h"
@@ -73,6 +74,7 @@ void reset_queue_stats(Queue& q) {
 // A shared connection's part, read on its owner thread.
 void read_shared(SharedConnection& c, ConnectionStatsImpl* out) {
   c.owner().thread().call([&] {
+    std::lock_guard<std::mutex> g(c.send_lock());  // kLock: submitters send and count under it
     if (const Queue* q = c.queue()) out->read(*q);
     out->drain = c.drain_stats();
   });
@@ -210,6 +212,7 @@ void IoQueue::reset_stats() {
   } else if (host::SharedConnection* c = impl_->shared()) {
     c->owner().thread().call([c] {
       c->reset_drain_stats();
+      std::lock_guard<std::mutex> g(c->send_lock());  // kLock: submitters flush under it
       if (host::Queue* q = c->queue()) host::reset_queue_stats(*q);
     });
   }
@@ -244,6 +247,7 @@ SharedConnectionStats Controller::shared_connection_stats(int index) const {
   s.owner = int(std::find(owners.begin(), owners.end(), &c.owner()) - owners.begin());
   host::ConnectionStatsImpl& out = ApiAccess::impl(s.connection);
   c.owner().thread().call([&] {
+    std::lock_guard<std::mutex> g(c.send_lock());  // kLock: submitters send and count under it
     if (const host::Queue* q = c.queue()) out.read(*q);
     out.drain = c.drain_stats();
     s.owner_loop = host::loop_stats(c.owner().reactor());
@@ -257,6 +261,7 @@ void Controller::reset_shared_connection_stats() {
     host::SharedConnection* c = sc.get();
     c->owner().thread().call([c] {
       c->reset_drain_stats();
+      std::lock_guard<std::mutex> g(c->send_lock());  // kLock: submitters flush under it
       if (host::Queue* q = c->queue()) host::reset_queue_stats(*q);
     });
   }

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -40,6 +41,35 @@ bool is_type(const json& v, ParamType t) {
       return true;
   }
   return false;
+}
+
+// How deep brackets nest in `text`, outside strings (the text need not be valid JSON).
+size_t nesting_depth(const std::string& text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// An answer as sent. Bytes that are not UTF-8 come only from the request (a parse error quotes
+// them) and are replaced (U+FFFD): dump() would throw on them otherwise.
+std::string answer_text(const json& answer) {
+  return answer.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 json error_response(const json& id, int code, const std::string& message) {
@@ -87,7 +117,8 @@ json RpcServer::handle_one(const json& request) {
     if (!id.is_null() && !id.is_string() && !id.is_number())
       return error_response(nullptr, kInvalidRequest, "id must be a string, a number or null");
   }
-  if (request.value("jsonrpc", "") != "2.0")
+  // (value("jsonrpc", "") would throw on a jsonrpc that is not a string)
+  if (!request.contains("jsonrpc") || request["jsonrpc"] != "2.0")
     return error_response(id, kInvalidRequest, "\"jsonrpc\": \"2.0\" is missing");
   if (!request.contains("method") || !request["method"].is_string())
     return error_response(id, kInvalidRequest, "\"method\" must be a string");
@@ -118,22 +149,29 @@ json RpcServer::handle_one(const json& request) {
 
 std::string RpcServer::handle(const std::string& text) {
   requests_.fetch_add(1);
+  if (nesting_depth(text) > kMaxRequestDepth) {
+    errors_.fetch_add(1);
+    return answer_text(error_response(
+        nullptr, kInvalidRequest,
+        "request nested deeper than " + std::to_string(kMaxRequestDepth) + " levels"));
+  }
   json request;
   try {
     request = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     errors_.fetch_add(1);
-    return error_response(nullptr, kParseError, std::string("not JSON: ") + e.what()).dump();
+    return answer_text(error_response(nullptr, kParseError, std::string("not JSON: ") + e.what()));
   }
   if (request.is_array()) {  // a batch: the responses in one array (none for notifications)
-    if (request.empty()) return error_response(nullptr, kInvalidRequest, "an empty batch").dump();
+    if (request.empty())
+      return answer_text(error_response(nullptr, kInvalidRequest, "an empty batch"));
     json out = json::array();
     for (auto& r : request)
       if (json one = handle_one(r); !one.is_null()) out.push_back(one);
-    return out.empty() ? "" : out.dump();
+    return out.empty() ? "" : answer_text(out);
   }
   json one = handle_one(request);
-  return one.is_null() ? "" : one.dump();
+  return one.is_null() ? "" : answer_text(one);
 }
 
 std::string RpcServer::start(const std::string& path) {

@@ -23,6 +23,10 @@ inline constexpr int kParseError = -32700, kInvalidRequest = -32600, kMethodNotF
                      kInvalidParams = -32602, kInternalError = -32603, kRefused = -32000;
 inline constexpr size_t kMaxRequestBytes = 1 << 20;  // a longer line is refused, the client dropped
 inline constexpr size_t kMaxClients = 64;
+// nlohmann::json copies, compares and prints values recursively, so a request nested 100,000
+// levels deep (200 KB) would overflow the server thread's stack: deeper than this is refused
+// before parsing (a request needs 4: a batch, a request, its params, a list).
+inline constexpr size_t kMaxRequestDepth = 32;
 
 struct RpcError {
   int code;

@@ -11,6 +11,7 @@
 #include <signal.h>
 
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -305,6 +306,80 @@ TEST(Metrics, NotFoundAndMethodNotAllowed) {
   EXPECT_EQ(a.body, "");
   a = http(t.metrics_port, "GET", "/metrics?x=1");  // a query string is still /metrics
   EXPECT_EQ(a.status, 200);
+  t.child.signal(SIGTERM);
+  EXPECT_EQ(t.child.wait(10000), 0);
+}
+
+// Bytes as they come, on a fresh connection: the status of the answer (0: none) once the
+// server closes, or -1 if it neither answered nor closed within 15 s.
+int raw_http(uint16_t port, const std::string& bytes) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{15, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return -2;
+  }
+  send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  shutdown(fd, SHUT_WR);
+  std::string raw;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) raw.append(buf, size_t(n));
+  const bool timed_out = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  ::close(fd);
+  if (timed_out) return -1;
+  return raw.rfind("HTTP/1.1 ", 0) == 0 && raw.size() >= 12 ? std::stoi(raw.substr(9, 3)) : 0;
+}
+
+// Malformed and oversized requests are refused (4xx) or dropped, never hang the endpoint, and
+// scrapes go on. A client that stalls mid-request holds the single worker until its read
+// timeout (5 s, twice: about 10 s measured), so a scrape behind it waits that long, not more.
+TEST(Metrics, BadRequestsAreRefusedAndScrapesGoOn) {
+  MetricsTarget t;
+  ASSERT_EQ(t.start(), "");
+  const std::string end = "\r\nHost: x\r\n\r\n";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"garbage", "\x16\x03\x01\x02\x00garbage\r\n\r\n"},
+      {"no version", "GET /metrics\r\n\r\n"},
+      {"an unknown version", "GET /metrics HTTP/9.9" + end},
+      {"a 100 KB path", "GET /" + std::string(100000, 'a') + " HTTP/1.1" + end},
+      {"a 100 KB header", "GET /metrics HTTP/1.1\r\nX: " + std::string(100000, 'b') + end},
+      {"10,000 headers", "GET /metrics HTTP/1.1\r\n" +
+                             [] {
+                               std::string h;
+                               for (int i = 0; i < 10000; ++i)
+                                 h += "X-" + std::to_string(i) + ": 1\r\n";
+                               return h;
+                             }() +
+                             "\r\n"},
+      {"a 100 MB body announced", "POST /metrics HTTP/1.1\r\nContent-Length: 100000000" + end},
+      {"a bad chunk size",
+       "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked" + end + "zzzz\r\nabc\r\n0\r\n\r\n"},
+      {"half a request line", "GET /metr"},
+      {"nothing", ""},
+  };
+  for (auto& [what, bytes] : bad) {
+    int status = raw_http(t.metrics_port, bytes);
+    EXPECT_TRUE(status == 0 || (status >= 400 && status < 500)) << what << ": " << status;
+    EXPECT_EQ(http(t.metrics_port, "GET", "/metrics").status, 200) << "after " << what;
+  }
+  // A client that connects, sends half a request and waits.
+  int stalled = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(t.metrics_port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(stalled, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  send(stalled, "GET /metrics HTTP/1.1\r\nHost:", 30, MSG_NOSIGNAL);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(http(t.metrics_port, "GET", "/metrics").status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(14));
+  ::close(stalled);
   t.child.signal(SIGTERM);
   EXPECT_EQ(t.child.wait(10000), 0);
 }

@@ -265,6 +265,8 @@ TEST(Rpc, RefusalsSayWhyAndChangeNothing) {
   };
   EXPECT_EQ(code("{not json"), -32700);
   EXPECT_EQ(code(R"({"jsonrpc":"2.0","id":1})"), -32600);
+  EXPECT_EQ(code(R"({"jsonrpc":2,"id":1,"method":"stats_get"})"), -32600);  // (ended the target)
+  EXPECT_EQ(code(R"({"jsonrpc":"2.0","id":1e999})"), -32700);               // (ended it too)
   EXPECT_EQ(code(R"({"jsonrpc":"2.0","id":1,"method":"no_such"})"), -32601);
   EXPECT_EQ(code(R"({"jsonrpc":"2.0","id":1,"method":"namespace_add","params":{"nqn":1}})"),
             -32602);
@@ -310,6 +312,54 @@ TEST(Rpc, GarbageHalfRequestsAndConcurrentClients) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(t.ok({"subsystem_list"})[0]["namespaces"].size(), 1u);
+}
+
+// nlohmann::json copies, compares and prints values recursively: a request nested 200,000
+// levels deep (400 KB, under the line limit) in its params, its id or a batch would overflow
+// the server thread's stack. Each is refused, and the server goes on.
+TEST(Rpc, DeeplyNestedRequestsAreRefusedAndTheServerStays) {
+  RpcTarget t;
+  ASSERT_EQ(t.start(), "");
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  for (const std::string& line :
+       {R"({"jsonrpc":"2.0","id":1,"method":"stats_get","params":)" + deep + "}",
+        R"({"jsonrpc":"2.0","id":)" + deep + R"(,"method":"stats_get"})",
+        R"({"jsonrpc":"2.0","id":1,"method":"subsystem_list","params":{"nqn":)" + deep + "}}",
+        "[" + deep + "]"}) {
+    json j = json::parse(raw_exchange(t.sock, line + "\n"), nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << line.substr(0, 80);
+    EXPECT_EQ(j["error"]["code"], -32600);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("nested deeper than 32"),
+              std::string::npos)
+        << j.dump();
+  }
+  // As deep as a request gets (a batch, a request, its params, a list): served.
+  json answer =
+      json::parse(raw_exchange(t.sock, R"([{"jsonrpc":"2.0","id":1,"method":"subsystem_create",)"
+                                       R"("params":{"nqn":"nqn.2026-12.io.x:a","namespaces":)"
+                                       R"(["null:1M"]}}])"
+                                       "\n"),
+                  nullptr, false);
+  ASSERT_TRUE(answer.is_array()) << answer.dump();
+  EXPECT_TRUE(answer[0].contains("result")) << answer.dump();
+  EXPECT_EQ(t.ok({"subsystem_list"}).size(), 2u);
+}
+
+// Bytes that are not UTF-8: the parser's error message quotes them, and printing that answer
+// threw (nlohmann refuses to write invalid UTF-8), which ended the target. Answered -32700 or
+// -32602 with the bad bytes replaced, and the server goes on.
+TEST(Rpc, InvalidUtf8IsRefusedAndTheServerStays) {
+  RpcTarget t;
+  ASSERT_EQ(t.start(), "");
+  for (const std::string& line :
+       {std::string(R"({"jsonrpc":"2.0","id":1,"method":"subsystem_list","params":{"nqn":"x)") +
+            "\xcd\x8d\x9e\x92" + R"("}})",
+        std::string("\xff\xfe{}"), std::string(R"({"jsonrpc":"2.0","id":"\xc3"})")}) {
+    json j = json::parse(raw_exchange(t.sock, line + "\n"), nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << line;
+    EXPECT_EQ(j["error"]["code"], -32700) << j.dump();
+  }
+  EXPECT_EQ(t.ok({"subsystem_list"}).size(), 1u);
 }
 
 TEST(Rpc, HostsComeAndGoAndTheListDecides) {
