@@ -15,6 +15,7 @@
 #include "target/command_queue.h"
 #include "target/metrics_source.h"
 #include "target/qos_reactor.h"
+#include "target/reactor_context.h"
 #include "transport/pdu_reader.h"
 #include "transport/send_queue.h"
 #include "transport/tls.h"
@@ -29,14 +30,7 @@ class TcpQueue final : public CommandQueue,
                        public transport::SendQueue::Owner,
                        public transport::PduReader::Sink {
  public:
-  struct Endpoint {
-    std::string peer;           // "addr:port" of the host
-    std::string local_address;  // the address the host reached (numeric)
-    uint16_t local_port = 0;
-    bool discovery_listener = false;  // reached through a discovery-only listener
-    bool tls = false;                 // reached through a TLS listener: handshake first
-    AnaPort* ana = nullptr;           // the I/O listener's ANA view (null: discovery)
-  };
+  using Endpoint = ConnectionEndpoint;
   TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint);
   ~TcpQueue() override;
 
