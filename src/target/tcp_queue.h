@@ -3,8 +3,9 @@
 // accounting, C2HData, TermReq) and its requests. It lives on one reactor thread and is
 // touched by no other, so nothing here locks. Outbound PDUs all go through the SendQueue
 // (the coalescing point); inbound ones through the PduReader. What a command does is up to
-// the command sets (fabrics.cc, admin.cc, nvm.cc); this file moves bytes and drives each
-// request's state machine (request.h).
+// the command sets (fabrics.cc, admin.cc, nvm.cc); the queue moves bytes (tcp_queue.cc),
+// drives each request's state machine (request.h, tcp_requests.cc) and serves the Fabrics
+// and admin hooks (tcp_control.cc).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -110,6 +111,8 @@ class TcpQueue final : public CommandQueue,
     kClosed
   };
   void step_handshake();
+  static constexpr Nanos kSetupTimeout = 10 * kSecond;  // ICReq + Connect must arrive by then
+  static constexpr size_t kIoStaging = 64 * 1024;       // an I/O queue's receive staging
 
   // A request with what the transport keeps beside it.
   struct Slot : BufferPool::Waiter {
