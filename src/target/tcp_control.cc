@@ -105,6 +105,10 @@ void TcpQueue::keep_alive_changed() {
 }
 
 bool TcpQueue::park_aer(Request& r) {
+  if (closing()) {  // no event may be reported after the last PDU
+    drop(r);
+    return true;
+  }
   if (aer_outstanding_ >= kAerLimit) return false;
   aer_parked_[aer_outstanding_++] = r.index;
   states_.advance(r, S::kAer);  // completed by an event; else freed with the queue
@@ -120,7 +124,7 @@ Request& TcpQueue::unpark_aer(uint32_t i) {
 }
 
 void TcpQueue::deliver_events() {
-  if (closed_ || qid_ != 0 || !ctrl_) return;
+  if (closing() || qid_ != 0 || !ctrl_) return;
   // Each notice: its enable bit (Set Features 0Bh), pending and masked flags (masked until
   // the host reads its log page with RAE clear), and the AER's result: Notice (type 2), the
   // information code, the log page.
@@ -143,7 +147,11 @@ void TcpQueue::deliver_events() {
     if (!(ctrl_->async_event_config.load() & n.enable_bit)) continue;
     if (n.masked.load() || !n.pending.exchange(false)) continue;
     n.masked = true;
-    complete(unpark_aer(0), st::kSuccess, n.result);
+    Request& aer = unpark_aer(0);
+    aer.answer_status = st::kSuccess;
+    aer.answer_result = n.result;
+    aer.events |= req_event::kAnswer;
+    drive(aer);
   }
 }
 

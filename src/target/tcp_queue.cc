@@ -244,13 +244,15 @@ void TcpQueue::send_last(iovec pdu) {
   watch(false, want_out_);
   close_pending_ = true;
   ctx_.reactor.arm(setup_timer_, ctx_.reactor.now() + kCloseTimeout);
-  sendq_.enqueue(&pdu, 1, PduClass::kUrgent,
-                 {[](void* self, uint64_t) {
-                    auto* q = static_cast<TcpQueue*>(self);
-                    q->close_pending_ = false;
-                    q->close("after its last PDU");
-                  },
-                  this, 0});
+  // The queue is sealed behind it: whatever finishes later is freed unsent (drive()).
+  sendq_.enqueue_last(&pdu, 1, PduClass::kUrgent,
+                      {[](void* self, uint64_t) {
+                         auto* q = static_cast<TcpQueue*>(self);
+                         q->close_pending_ = false;
+                         q->close("after its last PDU");
+                       },
+                       this, 0});
+  on_closing();
 }
 
 bool TcpQueue::handle_icreq(const pdu::ICReq& req) {
@@ -358,7 +360,7 @@ bool TcpQueue::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& lay
   if (sq_entries_ > 1) sqhd_ = uint16_t((sqhd_ + 1) % sq_entries_);
   if (qid_ == 0 && ctrl_) last_admin_ = ctx_.reactor.now();
   if (layout.data_len == 0) {
-    start(r);
+    drive(r);  // the capsule is in
     return !closed_;
   }
   current_ = &r;
@@ -407,20 +409,10 @@ bool TcpQueue::on_pdu_payload(const pdu::CommonHeader& header, bool digest_ok) {
   current_ = nullptr;
   if (!r) return true;  // a TermReq's quoted bytes, already handled
   if (!digest_ok && r->pending_status == st::kSuccess) r->pending_status = st::kDataTransferError;
-  if (header.type == uint8_t(pdu::Type::kCapsuleCmd)) {
-    start(*r);
-    return !closed_;
-  }
-  auto& d = reinterpret_cast<const pdu::DataHeader&>(header);
-  r->received += d.datal;
-  if (r->received == r->xfer_len) {
-    if (r->pending_status != st::kSuccess) {
-      complete(*r, r->pending_status);
-    } else {
-      states_.advance(*r, S::kReady);
-      execute(*r);
-    }
-  }
+  // The capsule's data, or an H2CData PDU's, is in.
+  if (header.type != uint8_t(pdu::Type::kCapsuleCmd))
+    r->received += reinterpret_cast<const pdu::DataHeader&>(header).datal;
+  drive(*r);
   return !closed_;
 }
 
@@ -435,6 +427,7 @@ void TcpQueue::on_reader_buffer(BufferPool::Waiter* w) {
 // ---------------------------------------------------------------------------- send side
 
 void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* stable) {
+  if (closing()) return drop(r);  // nothing may follow the last PDU
   bool success = sqflow_disabled_ && qid_ != 0;
   uint8_t flags = pdu::flag::kDataLast | (success ? pdu::flag::kDataSuccess : 0);
   pdu::build_data(r.data_hdr.data, pdu::Type::kC2HData, r.sqe.cid, 0, 0, len, flags, digests_);
@@ -475,6 +468,7 @@ void TcpQueue::send_r2t(Request& r) {
 }
 
 void TcpQueue::complete(Request& r, uint16_t status, uint64_t result) {
+  if (closing()) return drop(r);  // nothing may follow the last PDU
   count_done(r, status);
   // Transient conditions may be retried; everything else carries Do Not Retry.
   // Path errors (SCT 3, ANA) must not carry it: the host retries them on another path.
@@ -487,11 +481,6 @@ void TcpQueue::complete(Request& r, uint16_t status, uint64_t result) {
   iovec iov{r.resp_hdr.bytes, hl};
   states_.advance(r, S::kSendingResponse);
   sendq_.enqueue(&iov, 1, data_class(), {&TcpQueue::on_resp_sent, this, r.index});
-}
-
-void TcpQueue::on_resp_sent(void* ctx, uint64_t index) {
-  auto* self = static_cast<TcpQueue*>(ctx);
-  self->release(self->slots_[index]->req);
 }
 
 }  // namespace sens::target
