@@ -219,7 +219,7 @@ bool Target::close_live_listener(const std::string& host, uint16_t port, bool di
 void Target::dispatch_accepted(int fd, std::string peer, uint16_t local_port,
                                bool discovery_listener, bool tls, AnaPort* ana) {
   open_connections_.fetch_add(1);
-  TcpQueue::Endpoint ep;
+  ConnectionEndpoint ep;
   ep.ana = ana;
   ep.tls = tls;
   ep.peer = std::move(peer);

@@ -82,6 +82,13 @@ void RequestStates::advance(Request& r, ReqState to) {
   r.state = to;
 }
 
+void RequestStates::drop(Request& r) {
+  --counts_[size_t(r.state)];
+  ++counts_[size_t(ReqState::kFree)];
+  r.state = ReqState::kFree;
+  ++dropped_;
+}
+
 nlohmann::json RequestStates::to_json() const {
   nlohmann::json j = nlohmann::json::object();
   for (size_t i = 0; i < counts_.size(); ++i)
@@ -96,6 +103,8 @@ void RequestStates::merge_into(nlohmann::json& totals) const {
     totals[k] = totals.value(k, 0u) + counts_[i];
   }
   if (bad_) totals["bad_transitions"] = totals.value("bad_transitions", uint64_t(0)) + bad_;
+  // Ended unanswered because their connection was closing.
+  if (dropped_) totals["dropped_closing"] = totals.value("dropped_closing", uint64_t(0)) + dropped_;
 }
 
 }  // namespace sens::target

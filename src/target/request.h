@@ -10,6 +10,12 @@
 // THROTTLED: an I/O command waits there for QoS tokens (qos.h) before its buffer.
 // Errors jump from NEW/READY/EXECUTING/AWAITING_H2C (after the data has passed) straight to
 // SENDING_RESPONSE; an Asynchronous Event Request parks in AER until an event or the end.
+// A queue that is closing (its last PDU, a C2HTermReq or a Disconnect's response, queued)
+// sends nothing more: each request ends where it is, unanswered, once nothing else holds it
+// (RequestStates::drop; the device and its own queued PDUs do).
+//
+// The transport drives the machine (TcpQueue::drive, tcp_requests.cc): one function takes a
+// request as far as it can go; events (req_event) only record what happened and call it.
 #include <array>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
@@ -22,6 +28,16 @@ namespace sens::target {
 
 struct Namespace;
 struct NsIoMetrics;
+
+// What happened that a request's state waits for: an event sets its bit and drives the
+// request; the state that waits for it consumes the bit. (A buffer arriving is recorded as
+// Request::buf, H2C data as Request::received.)
+namespace req_event {
+inline constexpr uint8_t kDeviceDone = 1;  // WAITING_DEVICE: device I/O or an offloaded job ended
+inline constexpr uint8_t kSent = 2;        // SENDING_DATA / SENDING_RESPONSE: its last PDU left
+inline constexpr uint8_t kQosTokens = 4;   // THROTTLED: a QoS limiter let it go
+inline constexpr uint8_t kAnswer = 8;      // AER: an event to report (answer_status/result)
+}  // namespace req_event
 
 enum class ReqState : uint8_t {
   kFree,
@@ -63,6 +79,9 @@ struct Request {
   bool in_capsule = false;      // the data came with the capsule
   bool fetch = false;           // its data is asked for with R2T
   bool owns_cid = false;        // its CID is marked outstanding on the queue
+  uint8_t events = 0;           // req_event bits recorded, not yet consumed
+  uint16_t answer_status = 0;   // with kDeviceDone (offloaded job) or kAnswer (AER event)
+  uint64_t answer_result = 0;   // with kAnswer: the CQE's result
   uint64_t offset = 0;          // device byte offset
   Namespace* ns = nullptr;
   uint32_t walk_next = 0, walk_count = 0;  // range / namespace walks (DSM, flush, shutdown)
@@ -79,6 +98,9 @@ class RequestStates {
   // Moves `r` to `to`. A transition the machine does not have is a bug: it is counted (and
   // aborts debug builds) and the move still happens, so the command is not lost.
   void advance(Request& r, ReqState to);
+  // The queue is closing: `r` ends in the state it is in, unanswered (-> FREE from anywhere).
+  void drop(Request& r);
+  uint64_t dropped() const { return dropped_; }
   void add_free(uint32_t n) { counts_[size_t(ReqState::kFree)] += n; }
   uint32_t count(ReqState s) const { return counts_[size_t(s)]; }
   uint64_t bad_transitions() const { return bad_; }
@@ -88,6 +110,7 @@ class RequestStates {
  private:
   std::array<uint32_t, size_t(ReqState::kCount)> counts_{};
   uint64_t bad_ = 0;
+  uint64_t dropped_ = 0;
 };
 
 }  // namespace sens::target

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "target/target.h"
+#include "target/tcp_queue.h"
 
 namespace sens::target {
 

@@ -16,6 +16,7 @@
 #include "coalesce/stats_json.h"
 #include "common/log.h"
 #include "target/listener.h"
+#include "target/tcp_queue.h"
 
 namespace sens::target {
 
@@ -69,6 +70,7 @@ ReactorContext::ReactorContext(Target& t, int index)
                         std::max({t.config().max_io, kAdminDataMax, uint32_t(64 * 1024)}), true)),
       inline_pool(pool_options(t, std::max<uint64_t>(t.config().buffer_pool / 8, 1 << 20),
                                std::max(t.config().inline_data, kAdminDataMax), false)),
+      qos(reactor, &TcpQueue::on_qos_release),
       next_id_(uint64_t(index) << 48),
       coalesce_(t.config().coalesce) {
   if (t.config().buffers == buffers::Layout::kTyche) {

@@ -3,8 +3,9 @@
 // accounting, C2HData, TermReq) and its requests. It lives on one reactor thread and is
 // touched by no other, so nothing here locks. Outbound PDUs all go through the SendQueue
 // (the coalescing point); inbound ones through the PduReader. What a command does is up to
-// the command sets (fabrics.cc, admin.cc, nvm.cc); this file moves bytes and drives each
-// request's state machine (request.h).
+// the command sets (fabrics.cc, admin.cc, nvm.cc); the queue moves bytes (tcp_queue.cc),
+// drives each request's state machine (request.h, tcp_requests.cc) and serves the Fabrics
+// and admin hooks (tcp_control.cc).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "target/command_queue.h"
 #include "target/metrics_source.h"
 #include "target/qos_reactor.h"
+#include "target/reactor_context.h"
 #include "target/stall_watch.h"
 #include "transport/pdu_reader.h"
 #include "transport/send_queue.h"
@@ -30,14 +32,7 @@ class TcpQueue final : public CommandQueue,
                        public transport::SendQueue::Owner,
                        public transport::PduReader::Sink {
  public:
-  struct Endpoint {
-    std::string peer;           // "addr:port" of the host
-    std::string local_address;  // the address the host reached (numeric)
-    uint16_t local_port = 0;
-    bool discovery_listener = false;  // reached through a discovery-only listener
-    bool tls = false;                 // reached through a TLS listener: handshake first
-    AnaPort* ana = nullptr;           // the I/O listener's ANA view (null: discovery)
-  };
+  using Endpoint = ConnectionEndpoint;
   TcpQueue(ReactorContext& ctx, int fd, uint64_t id, Endpoint endpoint);
   ~TcpQueue() override;
 
@@ -113,10 +108,14 @@ class TcpQueue final : public CommandQueue,
     kWaitConnect,
     kAuthenticating,
     kReady,
+    // The last PDU (a C2HTermReq, a Disconnect's response) is queued and the send queue
+    // sealed behind it: nothing more is read or sent; requests end unanswered (drive()).
     kClosing,
     kClosed
   };
   void step_handshake();
+  static constexpr Nanos kSetupTimeout = 10 * kSecond;  // ICReq + Connect must arrive by then
+  static constexpr size_t kIoStaging = 64 * 1024;       // an I/O queue's receive staging
 
   // A request with what the transport keeps beside it.
   struct Slot : BufferPool::Waiter {
@@ -124,7 +123,8 @@ class TcpQueue final : public CommandQueue,
     Request req;
     qos::Waiter qos_wait;     // in a QoS limiter's queue while THROTTLED
     uint8_t qos_stage = 0;    // the limiters passed: 0 none, 1 the namespace's, 2 the host's too
-    uint32_t plan_bytes = 0;  // the buffer its plan asked for (proceed() once let go)
+    uint32_t plan_bytes = 0;  // the buffer its plan asked for (plan_buffer() once let go)
+    OffloadDone offload_done = nullptr;  // WAITING_DEVICE on a worker: what runs once back
   };
   struct ReaderWaiter : BufferPool::Waiter {
     TcpQueue* queue = nullptr;
@@ -137,31 +137,42 @@ class TcpQueue final : public CommandQueue,
   void fatal(uint16_t fes, uint32_t fei, const char* why, const void* header, uint32_t len);
   void handle_read_status(transport::PduReader::Status status);
   // Sends `pdu` (a TermReq, a Disconnect's response) and closes once it has left, or after a
-  // deadline if the host never reads it. Nothing more is read meanwhile.
+  // deadline if the host never reads it. Nothing more is read or sent meanwhile (kClosing).
   void send_last(iovec pdu);
 
-  // The request state machine
+  // The request state machine (tcp_requests.cc). drive() alone moves a request from state to
+  // state; the events below record what happened on the request and call it.
   Slot* take_slot();
-  void start(Request& r);          // NEW: checks, then the command set's plan
-  void obtain_buffer(Request& r);  // NEED_BUFFER
-  void have_buffer(Request& r);    // -> AWAITING_H2C or READY
-  void execute(Request& r);        // READY -> EXECUTING
-  // Planned (and past QoS): a buffer of `buffer_bytes` (unless the one it has will do),
-  // then R2T or execute.
-  void proceed(Request& r, uint32_t buffer_bytes);
+  void drive(Request& r);
+  // Closing: ends `r` where it is if nothing else holds it; true when drive() has no more to do.
+  bool end_if_closing(Request& r);
+  // Steps drive() takes (none calls another).
+  void start(Request& r);  // NEW: checks, the command set's plan, QoS
+  // Planned (and past QoS): a buffer of `buffer_bytes` (unless the one it has will do), then
+  // R2T or execution.
+  void plan_buffer(Request& r, uint32_t buffer_bytes);
+  bool obtain_buffer(Request& r);  // false: waits in the pool (on_slot_buffer)
+  void execute(Request& r);        // READY -> EXECUTING: the command set
+  void after_device(Request& r);   // WAITING_DEVICE -> EXECUTING: the command set goes on
+  void send_r2t(Request& r);
+  void release(Request& r);  // answered and sent: -> FREE
+  void drop(Request& r);     // closing: -> FREE unanswered
+  void free_slot(Request& r);
   // QoS: true when `slot`'s command may go on; false: THROTTLED until on_qos_release().
   bool qos_next(Slot& slot);
   void qos_refresh();
-  void release(Request& r);
-  void give_back_buffer(Request& r);  // -> FREE
-  static void on_slot_buffer(BufferPool::Waiter* w);
+  void give_back_buffer(Request& r);
+  // Events.
+  static void on_slot_buffer(BufferPool::Waiter* w);  // a buffer: resumed from the loop
   static void on_reader_buffer(BufferPool::Waiter* w);
   void schedule_resume();
   static void on_device_done(storage::Request* req);
-  void device_done(Request& r);
-  bool back_from_device(Request& r);  // false: the queue closed meanwhile (the request is freed)
-  void send_r2t(Request& r);
+  void device_event(Request& r);  // device I/O or an offloaded job ended
   static void on_resp_sent(void* ctx, uint64_t index);
+  // The last PDU is queued: requests waiting for what will not come now (a buffer, QoS
+  // tokens, H2C data, an event) end at once.
+  void on_closing();
+  bool closing() const { return closed_ || state_ == State::kClosing; }
   void count_done(Request& r, uint16_t status);  // the metrics of an answered I/O command
   coalesce::PduClass data_class() const;
 

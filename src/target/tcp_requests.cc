@@ -1,7 +1,12 @@
-// The request state machine of an NVMe/TCP queue: from a capsule's checks to a free slot,
-// through the buffer pool, R2T, the command sets and device I/O (see request.h).
+// The request state machine of an NVMe/TCP queue (request.h): drive() takes a request from
+// its capsule to a free slot, one case per state, through QoS, the buffer pool, R2T, the
+// command sets and device I/O. Events (the capsule or its data arrived, a buffer, QoS
+// tokens, device I/O or an offloaded job done, a PDU sent, an AER's event, the queue
+// closing) record what happened on the request and call drive(); no step calls the next. A
+// request that cannot go on stays in its state, and the state says what it waits for.
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "common/log.h"
 #include "target/target.h"
@@ -11,6 +16,7 @@ namespace sens::target {
 
 namespace st = nvme::status;
 using S = ReqState;
+namespace ev = req_event;
 
 namespace {
 constexpr uint8_t kPsdtMask = 0xC0, kPsdtSglContiguous = 0x40, kFuseMask = 0x03;
@@ -35,6 +41,79 @@ bool TcpQueue::retire_aer(uint16_t cid) {
     return true;
   }
   return false;
+}
+
+void TcpQueue::drive(Request& r) {
+  for (;;) {
+    if (closing() && end_if_closing(r)) return;
+    switch (r.state) {
+      case S::kFree:
+      case S::kCount:
+        return;
+      case S::kNew:  // its capsule (with any in-capsule data) is in
+        start(r);
+        if (r.state == S::kNew) return;  // held: the target is stopping
+        break;
+      case S::kThrottled: {
+        if (!(r.events & ev::kQosTokens)) return;
+        r.events &= ~ev::kQosTokens;
+        Slot& slot = *slots_[r.index];
+        if (!qos_next(slot)) return;  // the next limiter holds it
+        plan_buffer(r, slot.plan_bytes);
+        break;
+      }
+      case S::kNeedBuffer:
+        if (r.buf_bytes && !r.buf && !obtain_buffer(r)) return;
+        if (!r.fetch) {
+          states_.advance(r, S::kReady);
+          break;
+        }
+        states_.advance(r, S::kAwaitingH2C);
+        return send_r2t(r);
+      case S::kAwaitingH2C:
+        if (r.received < r.xfer_len) return;
+        if (r.pending_status != st::kSuccess) return complete(r, r.pending_status);
+        states_.advance(r, S::kReady);
+        break;
+      case S::kReady:
+        return execute(r);  // the command set answers it, starts device I/O or parks it
+      case S::kExecuting:
+        return;  // in its command set, which moves it on
+      case S::kWaitingDevice:
+        if (!(r.events & ev::kDeviceDone)) return;
+        r.events &= ~ev::kDeviceDone;
+        return after_device(r);
+      case S::kSendingData:
+      case S::kSendingResponse:
+        if (!(r.events & ev::kSent)) return;
+        r.events &= ~ev::kSent;
+        return release(r);
+      case S::kAer:
+        if (!(r.events & ev::kAnswer)) return;
+        r.events &= ~ev::kAnswer;
+        return complete(r, r.answer_status, r.answer_result);
+    }
+  }
+}
+
+bool TcpQueue::end_if_closing(Request& r) {
+  switch (r.state) {
+    case S::kFree:
+    case S::kExecuting:  // its command set's answer ends it (complete(), send_data())
+      return true;
+    case S::kWaitingDevice:
+      // The device may still write into its buffer: it ends once the device is done.
+      if (!(r.events & ev::kDeviceDone)) return true;
+      r.events &= ~ev::kDeviceDone;
+      break;
+    case S::kSendingData:
+    case S::kSendingResponse:
+      return false;  // its PDUs were queued before the last one: freed once they have left
+    default:
+      break;
+  }
+  drop(r);
+  return true;
 }
 
 void TcpQueue::start(Request& r) {
@@ -91,22 +170,17 @@ void TcpQueue::start(Request& r) {
       if (!qos_next(slot)) return states_.advance(r, S::kThrottled);
     }
   }
-  proceed(r, plan.buffer_bytes);
+  plan_buffer(r, plan.buffer_bytes);
 }
 
-void TcpQueue::proceed(Request& r, uint32_t buffer_bytes) {
+void TcpQueue::plan_buffer(Request& r, uint32_t buffer_bytes) {
   if (buffer_bytes > r.buf_bytes) {
     give_back_buffer(r);
     r.buf_bytes = buffer_bytes;
-    states_.advance(r, S::kNeedBuffer);
-    return obtain_buffer(r);
+    return states_.advance(r, S::kNeedBuffer);
   }
-  if (r.fetch) {
-    states_.advance(r, S::kNeedBuffer);  // the buffer is there already: straight on
-    return have_buffer(r);
-  }
-  states_.advance(r, S::kReady);
-  execute(r);
+  // The buffer it has will do (its in-capsule data's, or none is needed).
+  states_.advance(r, r.fetch ? S::kNeedBuffer : S::kReady);
 }
 
 bool TcpQueue::qos_next(Slot& slot) {
@@ -140,27 +214,29 @@ void TcpQueue::qos_refresh() {
 
 void TcpQueue::on_qos_release(qos::Waiter& w) {
   auto* slot = static_cast<Slot*>(w.owner);
-  // Resumed from the event loop, as a buffer wait is (run_resumed()).
+  slot->req.events |= ev::kQosTokens;
+  // Driven from the event loop, as a buffer wait is (run_resumed()).
   slot->queue->resumed_.push_back(slot->req.index);
   slot->queue->schedule_resume();
 }
 
-void TcpQueue::obtain_buffer(Request& r) {
+bool TcpQueue::obtain_buffer(Request& r) {
+  Slot& slot = *slots_[r.index];
+  if (slot.queued) return false;  // waiting already
   // Data the host is asked for (R2T) counts against the receive budget: over it, the R2T
   // leaves once buffers drain.
   r.buf_receive = r.fetch;
-  if ((r.buf = pool_.get(r.buf_bytes, r.buf_receive, &pool_account_)) != nullptr)
-    return have_buffer(r);
-  Slot* slot = slots_[r.index].get();
-  slot->bytes = r.buf_bytes;
-  slot->receive = r.buf_receive;
-  pool_.wait(slot);  // on_slot_buffer() resumes it
+  if ((r.buf = pool_.get(r.buf_bytes, r.buf_receive, &pool_account_)) != nullptr) return true;
+  slot.bytes = r.buf_bytes;
+  slot.receive = r.buf_receive;
+  pool_.wait(&slot);  // on_slot_buffer() resumes it
+  return false;
 }
 
 void TcpQueue::on_slot_buffer(BufferPool::Waiter* w) {
   auto* slot = static_cast<Slot*>(w);
   slot->req.buf = w->buf;
-  // Resumed from the event loop, not from inside whoever gave the buffer back.
+  // Driven from the event loop, not from inside whoever gave the buffer back.
   slot->queue->resumed_.push_back(slot->req.index);
   slot->queue->schedule_resume();
 }
@@ -178,14 +254,7 @@ void TcpQueue::run_resumed() {
     if (reapable()) ctx_.on_queue_closed();
     return;
   }
-  for (size_t i = 0; i < resumed_.size() && !closed_; ++i) {
-    Slot& slot = *slots_[resumed_[i]];
-    Request& r = slot.req;
-    if (r.state == S::kNeedBuffer)
-      have_buffer(r);
-    else if (r.state == S::kThrottled && qos_next(slot))
-      proceed(r, slot.plan_bytes);
-  }
+  for (size_t i = 0; i < resumed_.size() && !closed_; ++i) drive(slots_[resumed_[i]]->req);
   resumed_.clear();
   if (!closed_ && reader_.held() && reader_ready_) {
     reader_ready_ = false;
@@ -197,15 +266,6 @@ void TcpQueue::run_resumed() {
       if (tls_ && tls_->pending()) handle_read_status(reader_.read_from(fd_, 256 * 1024));
     }
   }
-}
-
-void TcpQueue::have_buffer(Request& r) {
-  if (r.fetch) {
-    states_.advance(r, S::kAwaitingH2C);
-    return send_r2t(r);
-  }
-  states_.advance(r, S::kReady);
-  execute(r);
 }
 
 void TcpQueue::execute(Request& r) {
@@ -229,24 +289,73 @@ void TcpQueue::submit(Request& r, storage::Op op, uint64_t offset, uint64_t len,
   ctx_.schedule_kick(q);
 }
 
-void TcpQueue::on_device_done(storage::Request* req) {
-  auto* slot = static_cast<Slot*>(req->user);
-  slot->queue->device_done(slot->req);
+void TcpQueue::offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
+                       OffloadDone done) {
+  states_.advance(r, S::kWaitingDevice);
+  ++inflight_io_;
+  slots_[r.index]->offload_done = done;
+  Reactor* reactor = &ctx_.reactor;
+  // The queue and the request outlive the job: inflight_io_ keeps the queue from being reaped,
+  // and Target::stop() stops the workers before the reactors go.
+  bool posted = worker.post([this, &r, reactor, work = std::move(work)] {
+    uint16_t status = work();
+    reactor->post([this, &r, status] {
+      r.answer_status = status;
+      device_event(r);
+    });
+  });
+  if (posted) return;
+  // Stopping: no worker runs it; it fails at once.
+  slots_[r.index]->offload_done = [](CommandQueue& q, Request& req, uint16_t status) {
+    q.complete(req, status);
+  };
+  r.answer_status = st::kInternalError;
+  device_event(r);
 }
 
-void TcpQueue::device_done(Request& r) {
-  if (!back_from_device(r)) return;
+void TcpQueue::on_device_done(storage::Request* req) {
+  auto* slot = static_cast<Slot*>(req->user);
+  slot->queue->device_event(slot->req);
+}
+
+void TcpQueue::device_event(Request& r) {
+  --inflight_io_;
+  r.events |= ev::kDeviceDone;
+  drive(r);
+  if (closed_ && reapable()) ctx_.on_queue_closed();  // its last device I/O: reap it now
+}
+
+void TcpQueue::after_device(Request& r) {
+  states_.advance(r, S::kExecuting);
+  if (OffloadDone done = std::exchange(slots_[r.index]->offload_done, nullptr))
+    return done(*this, r, r.answer_status);
   if (r.sqe.opcode == nvme::kFabricsOpcode) return fabrics::device_done(*this, r);
   nvm::device_done(*this, r);
 }
 
-bool TcpQueue::back_from_device(Request& r) {
-  --inflight_io_;
-  states_.advance(r, S::kExecuting);
-  if (!closed_) return true;
-  give_back_buffer(r);
-  if (reapable()) ctx_.on_queue_closed();
-  return false;
+void TcpQueue::on_resp_sent(void* ctx, uint64_t index) {
+  auto* self = static_cast<TcpQueue*>(ctx);
+  Request& r = self->slots_[index]->req;
+  r.events |= ev::kSent;
+  self->drive(r);
+}
+
+void TcpQueue::on_closing() {
+  for (auto& s : slots_) {
+    Request& r = s->req;
+    if (&r == current_) continue;  // (its payload is not read any more either)
+    switch (r.state) {
+      case S::kNew:  // held (a stop), or its payload would have come after the last PDU
+      case S::kThrottled:
+      case S::kNeedBuffer:
+      case S::kAwaitingH2C:
+      case S::kAer:
+        drive(r);  // ends it: nothing it waits for will come
+        break;
+      default:
+        break;
+    }
+  }
 }
 
 uint32_t TcpQueue::pdus_in_progress() const {
@@ -270,32 +379,36 @@ void TcpQueue::give_back_buffer(Request& r) {
 }
 
 void TcpQueue::release(Request& r) {
+  free_slot(r);
+  states_.advance(r, S::kFree);
+}
+
+void TcpQueue::drop(Request& r) {
+  Slot& slot = *slots_[r.index];
+  pool_.cancel(&slot);                                            // NEED_BUFFER
+  if (slot.qos_wait.on) slot.qos_wait.on->cancel(slot.qos_wait);  // THROTTLED
+  slot.offload_done = nullptr;
+  if (r.state == S::kAer)
+    for (uint32_t i = 0; i < aer_outstanding_; ++i)
+      if (aer_parked_[i] == r.index) {
+        unpark_aer(i);
+        break;
+      }
+  free_slot(r);
+  states_.drop(r);
+}
+
+void TcpQueue::free_slot(Request& r) {
   if (r.owns_cid) set_cid(r.sqe.cid, false);
   r.owns_cid = false;
+  r.events = 0;
   give_back_buffer(r);
   r.buf_bytes = 0;
   bind_ns(r, nullptr);
   r.metrics = nullptr;
-  states_.advance(r, S::kFree);
   --active_requests_;
   ctx_.reactor.add_outstanding(-1);
   free_.push_back(r.index);
-}
-
-void TcpQueue::offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
-                       OffloadDone done) {
-  states_.advance(r, S::kWaitingDevice);
-  ++inflight_io_;
-  Reactor* reactor = &ctx_.reactor;
-  // The queue and the request outlive the job: inflight_io_ keeps the queue from being reaped,
-  // and Target::stop() stops the workers before the reactors go.
-  bool posted = worker.post([this, &r, reactor, work = std::move(work), done] {
-    uint16_t status = work();
-    reactor->post([this, &r, status, done] {
-      if (back_from_device(r)) done(*this, r, status);
-    });
-  });
-  if (!posted && back_from_device(r)) complete(r, nvme::status::kInternalError);  // stopping
 }
 
 uint32_t TcpQueue::unanswered() const {

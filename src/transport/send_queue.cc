@@ -46,13 +46,23 @@ void SendQueue::reset_counters() {
   scheduler_.adopt_stats(coalesce::Stats{});
 }
 
-void SendQueue::enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent) {
-  enqueue_changeable(iov, n, -1, nullptr, cls, sent);
+bool SendQueue::enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent) {
+  return enqueue_changeable(iov, n, -1, nullptr, cls, sent);
 }
 
-void SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
+bool SendQueue::enqueue_last(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent) {
+  if (!enqueue(iov, n, cls, sent)) return false;
+  sealed_ = true;
+  return true;
+}
+
+bool SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
                                    coalesce::PduClass cls, SentCallback sent, uint32_t* digest) {
   using coalesce::Policy;
+  if (sealed_) {
+    ++counters_.refused_sealed;
+    return false;
+  }
   const Policy policy = scheduler_.config().policy;
   // Socket full: a control PDU (it unblocks the peer) overtakes PDUs still waiting, under the
   // policies that know PDU classes.
@@ -75,7 +85,7 @@ void SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
   }
   if (bytes == 0) {  // nothing to send: the PDU is "sent" now
     if (sent.fn) sent.fn(sent.ctx, sent.arg);
-    return;
+    return true;
   }
   iov_[at - 1].sent = sent;
   if (first < committed_) {  // moved ahead: it leaves with what is committed
@@ -89,10 +99,11 @@ void SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
   if (reason != FlushReason::kNone) {
     commit(reason);
     send_committed();
-    return;
+    return true;
   }
   rearm_timer();
   if (policy == Policy::kEager || policy == Policy::kAdaptive) reactor_.at_pass_end(*this);
+  return true;
 }
 
 size_t SendQueue::control_slot() const {
@@ -195,6 +206,9 @@ void SendQueue::account_sent(size_t sent) {
     SentCallback cb = e.sent;
     ++head_;
     if (cb.fn) cb.fn(cb.ctx, cb.arg);
+    // The callback closed the connection (a last PDU's): shutdown() emptied the queue, and
+    // what was walked is gone; no callback of a dropped PDU may run.
+    if (dead_) return;
   }
 }
 

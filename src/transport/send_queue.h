@@ -28,6 +28,7 @@ struct SendCounters {
   uint64_t eagain = 0;
   uint64_t snapshot_bytes = 0;  // bytes of changeable payload copied because they had to wait
   uint64_t control_first = 0;   // control PDUs moved ahead of waiting PDUs (socket full)
+  uint64_t refused_sealed = 0;  // PDUs offered after the last one (an owner bug: none expected)
 };
 
 class SendQueue final : public PassEndHandler {
@@ -61,7 +62,13 @@ class SendQueue final : public PassEndHandler {
 
   // Queues one PDU made of `n` iovecs. `sent` runs once all its bytes are in the kernel.
   // `bytes` of the PDU count towards the byte cap. May send at once (policy, urgency, caps).
-  void enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent = {});
+  // False once the queue is sealed: nothing was queued and `sent` never runs.
+  bool enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent = {});
+  // Queues the connection's last PDU (a C2HTermReq, a Disconnect's response) and seals the
+  // queue: it takes nothing more, so that PDU is the last on the wire and its callback (which
+  // closes the connection) runs after every other one.
+  bool enqueue_last(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent);
+  bool sealed() const { return sealed_; }
   // The same, where iov[changeable] points at memory that may change once this call returns
   // (a RAM namespace's blocks, sent without a copy). While the socket takes bytes, the queue
   // sends them in the same loop pass, with nothing between; should it have to wait (socket
@@ -71,7 +78,7 @@ class SendQueue final : public PassEndHandler {
   // of its later iovecs): it is computed just before those bytes first leave or are copied,
   // so it describes the bytes sent even when a write changes the memory while the PDU waits
   // in its group, and it reads them while they are about to be in cache for the send.
-  void enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
+  bool enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
                           coalesce::PduClass cls, SentCallback sent = {},
                           uint32_t* digest = nullptr);
 
@@ -126,6 +133,7 @@ class SendQueue final : public PassEndHandler {
   bool blocked_ = false;  // waiting for EPOLLOUT
   bool in_send_ = false;  // re-entrancy guard: callbacks may enqueue
   bool dead_ = false;
+  bool sealed_ = false;         // the last PDU is queued (enqueue_last)
   size_t control_end_ = 0;      // end of the control PDUs moved to the front (socket full)
   std::vector<iovec> scratch_;  // the iovec array handed to sendmsg
   TlsChannel* tls_ = nullptr;

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "target/command_queue.h"
 #include "target_fixture.h"
 
 namespace sens::testing {

@@ -352,3 +352,104 @@ TEST(SendQueue, ShutdownNeverTouchesTheDescriptorAgain) {
 
 }  // namespace
 }  // namespace sens::transport
+
+namespace sens::transport {
+namespace {
+
+// The callback of a connection's last PDU closes it (shutdown() empties the queue) while the
+// queue is still walking the bytes of the send that took it: no callback may run after that,
+// neither one of a PDU behind it nor, again, one of a PDU sent before (the walk used to go
+// on through the emptied vector, whose old entries were still there to run).
+TEST(SendQueue, NoCallbackRunsAfterACallbackShutTheQueueDown) {
+  Reactor r;
+  Owner o;
+  Pair p(4096);
+  SendQueue q(r, cfg(coalesce::Policy::kOff), o);
+  q.set_fd(p.fd[0]);
+  struct Seen {
+    SendQueue* q;
+    std::vector<int> sent = std::vector<int>(300);
+    int last = 0, behind = 0;
+  } seen{&q};
+  std::vector<uint8_t> small(256, 'd');
+  for (int i = 0; i < 300; ++i) {  // 75 KiB of small PDUs: the socket fills
+    iovec d{small.data(), small.size()};
+    q.enqueue(&d, 1, coalesce::PduClass::kData,
+              {[](void* s, uint64_t i) { ++static_cast<Seen*>(s)->sent[i]; }, &seen, uint64_t(i)});
+  }
+  ASSERT_TRUE(o.writable_wanted) << "the socket should be full";
+  uint8_t last[24] = {'T'}, behind[24] = {'B'};
+  iovec v{last, sizeof(last)};
+  q.enqueue(&v, 1, coalesce::PduClass::kUrgent,
+            {[](void* s, uint64_t) {
+               auto* x = static_cast<Seen*>(s);
+               ++x->last;
+               x->q->shutdown();
+             },
+             &seen, 0});
+  for (int i = 0; i < 64; ++i) {
+    v = {behind, sizeof(behind)};
+    q.enqueue(&v, 1, coalesce::PduClass::kUrgent,
+              {[](void* s, uint64_t) { ++static_cast<Seen*>(s)->behind; }, &seen, 0});
+  }
+  std::vector<uint8_t> got;
+  Nanos stop = r.now() + 5 * kSecond;
+  while (seen.last == 0 && r.now() < stop) {
+    drain(p.fd[1], got);
+    if (o.writable_wanted) q.on_writable();
+    r.run_once(0);
+  }
+  EXPECT_EQ(seen.last, 1);
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(seen.sent[size_t(i)], 1) << "the callback of PDU " << i;
+  EXPECT_EQ(seen.behind, 0) << "a callback ran for a PDU the shutdown dropped";
+}
+
+}  // namespace
+}  // namespace sens::transport
+
+namespace sens::transport {
+namespace {
+
+// A sealed queue (its last PDU queued: a C2HTermReq, a Disconnect's response) takes nothing
+// more: the last PDU is the last on the wire, and a PDU offered later is refused, its
+// callback never run.
+TEST(SendQueue, NothingIsQueuedBehindTheLastPdu) {
+  Reactor r;
+  Owner o;
+  Pair p(4096);
+  SendQueue q(r, cfg(coalesce::Policy::kOff), o);
+  q.set_fd(p.fd[0]);
+  std::vector<std::vector<uint8_t>> fill;
+  for (int i = 0; i < 40; ++i) {
+    fill.emplace_back(8192, uint8_t('a' + i % 26));
+    iovec d{fill.back().data(), fill.back().size()};
+    q.enqueue(&d, 1, coalesce::PduClass::kData);
+  }
+  ASSERT_TRUE(o.writable_wanted) << "the socket should be full";
+  int last_sent = 0, late_sent = 0;
+  std::vector<uint8_t> last(24, 'T'), late(24, 'L');
+  iovec v{last.data(), last.size()};
+  ASSERT_TRUE(q.enqueue_last(&v, 1, coalesce::PduClass::kUrgent,
+                             {[](void* n, uint64_t) { ++*static_cast<int*>(n); }, &last_sent, 0}));
+  EXPECT_TRUE(q.sealed());
+  v = {late.data(), late.size()};
+  EXPECT_FALSE(q.enqueue(&v, 1, coalesce::PduClass::kControl,
+                         {[](void* n, uint64_t) { ++*static_cast<int*>(n); }, &late_sent, 0}));
+  std::vector<uint8_t> got;
+  const size_t total = 40 * 8192 + 24;
+  Nanos stop = r.now() + 5 * kSecond;
+  while (got.size() < total && r.now() < stop) {
+    drain(p.fd[1], got);
+    if (o.writable_wanted) q.on_writable();
+    r.run_once(0);
+  }
+  drain(p.fd[1], got);
+  ASSERT_EQ(got.size(), total);
+  EXPECT_TRUE(std::equal(last.begin(), last.end(), got.end() - 24)) << "the last PDU was not last";
+  EXPECT_EQ(last_sent, 1);
+  EXPECT_EQ(late_sent, 0);
+  EXPECT_EQ(q.counters().refused_sealed, 1u);
+}
+
+}  // namespace
+}  // namespace sens::transport
