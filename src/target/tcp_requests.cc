@@ -294,6 +294,19 @@ void TcpQueue::offload(Request& r, WorkerThread& worker, std::function<uint16_t(
   if (!posted && back_from_device(r)) complete(r, nvme::status::kInternalError);  // stopping
 }
 
+// Hook (wip/auth-worker, DH-HMAC-CHAP off the reactor): a request parked until another
+// thread resumes it, kept alive as offload() keeps its request.
+CommandQueue::Resume TcpQueue::park(Request& r, OffloadDone done) {
+  states_.advance(r, S::kWaitingDevice);
+  ++inflight_io_;
+  Reactor* reactor = &ctx_.reactor;
+  return [this, &r, reactor, done](uint16_t status) {
+    reactor->post([this, &r, status, done] {
+      if (back_from_device(r)) done(*this, r, status);
+    });
+  };
+}
+
 uint32_t TcpQueue::unanswered() const {
   uint32_t n = 0;
   for (S s : {S::kThrottled, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting,
