@@ -111,7 +111,9 @@ std::string Controller::authenticate(Queue& q, uint16_t qid) {
   if (ch.dhvlen != dhvlen || sizeof ch + hl + dhvlen > kReceiveBytes)
     return refuse(wa::kFailIncorrectPayload, "DH value length is not the group's");
   const uint8_t* c1 = buf.data() + sizeof ch;
-  auth::Bytes challenge(c1, c1 + hl), session_key, host_public;
+  auth::Bytes challenge(c1, c1 + hl), session_key, host_public, r1, c2v, want;
+  // The session key and what is derived from it, on every way out (a refusal too).
+  auth::WipeOnExit wiped{&challenge, &session_key, &r1, &c2v, &want};
   if (dhvlen) {
     auth::DhExchange dh;
     std::string why;
@@ -120,7 +122,7 @@ std::string Controller::authenticate(Queue& q, uint16_t qid) {
       return refuse(wa::kFailDhgroupUnusable, "DH exchange: " + why);
     challenge = auth::augmented_challenge(ch.hashid, session_key, challenge);
   }
-  const auth::Bytes r1 =
+  r1 =
       auth::host_response(ch.hashid, host_key_, challenge, ch.seqnum, t_id, hostnqn_, trid_.subnqn);
 
   // REPLY, with C2 when the controller is to prove its key too.
@@ -153,10 +155,9 @@ std::string Controller::authenticate(Queue& q, uint16_t qid) {
   std::memcpy(&s1, buf.data(), sizeof s1);
   if (s1.hl != hl) return refuse(wa::kFailHashUnusable, "SUCCESS1 hash length is not the hash's");
   if (bidirectional) {
-    auth::Bytes c2v(c2, c2 + hl);
+    c2v.assign(c2, c2 + hl);
     if (dhvlen) c2v = auth::augmented_challenge(ch.hashid, session_key, c2v);
-    const auth::Bytes want =
-        auth::ctrl_response(ch.hashid, ctrl_key_, c2v, s2, t_id, trid_.subnqn, hostnqn_);
+    want = auth::ctrl_response(ch.hashid, ctrl_key_, c2v, s2, t_id, trid_.subnqn, hostnqn_);
     if (!(s1.rvalid & 1) || !auth::equal(want, {buf.data() + sizeof s1, hl}))
       return refuse(wa::kFailFailed,
                     "the controller's response does not match its secret: not the controller "
@@ -167,7 +168,6 @@ std::string Controller::authenticate(Queue& q, uint16_t qid) {
     s2msg.t_id = t_id;
     if (std::string e = send(&s2msg, sizeof s2msg); !e.empty()) return e;
   }
-  auth::wipe(session_key);
   if (qid == 0) {
     auth_hash_ = ch.hashid;
     auth_dhgroup_ = ch.dhgid;

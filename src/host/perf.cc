@@ -2,6 +2,7 @@
 
 #include <sens/host.h>
 
+#include "auth/dhchap.h"
 #include "buffers/buffer_pool.h"
 
 #include <sys/prctl.h>
@@ -30,6 +31,11 @@
 #include "wire/nvme_build.h"
 
 namespace sens::host {
+
+PerfOptions::~PerfOptions() {
+  auth::wipe_text(dhchap_secret);
+  auth::wipe_text(dhchap_ctrl_secret);
+}
 
 namespace {
 

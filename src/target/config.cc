@@ -14,6 +14,11 @@
 
 namespace sens::target {
 
+SubsystemConfig::~SubsystemConfig() {
+  for (auto* keys : {&host_keys, &ctrl_keys})
+    for (auto& [host, key] : *keys) auth::wipe_text(key);
+}
+
 uint32_t dhchap_negotiation_limit(const TargetConfig& config) {
   if (config.dhchap_negotiations) return config.dhchap_negotiations;
   return std::max(8u, 2 * std::max(1u, std::thread::hardware_concurrency()));

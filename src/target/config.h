@@ -51,6 +51,9 @@ struct SubsystemConfig {
   Requirement require_tls, require_auth;
   // IOPS and bandwidth limits per namespace and per host ("qos" in its JSON object; qos_set).
   qos::Config qos;
+  // The secrets' text is overwritten before a copy's memory goes back (config copies are
+  // many: the command line's, the file's, the running and the live one, RPC answers).
+  ~SubsystemConfig();
 };
 
 // ANA (Asymmetric Namespace Access) states, as the ANA log page codes them (NVMe Base 2.0
