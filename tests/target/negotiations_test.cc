@@ -58,7 +58,7 @@ TEST(Negotiations, CapWaitsInOrderThenRefuses) {
   EXPECT_EQ(woken.order[1], std::make_pair(3, true));
   EXPECT_EQ(t[2]->state(), Ticket::kHeld);
   EXPECT_EQ(t[0]->state(), Ticket::kIdle);
-  n.stop_waiting();  // the rest are refused
+  n.stop_waiting();                                            // the rest are refused
   EXPECT_EQ(woken.size(), 2 * Negotiations::kWaitingPerSlot);  // every waiter, once
   EXPECT_FALSE(woken.order.back().second);
 }
