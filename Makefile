@@ -11,7 +11,7 @@ JOBS ?= $(shell nproc)
 BUILD_PACKAGES := cmake ninja-build g++ make pkg-config liburing-dev libisal-dev libssl-dev libcli11-dev \
 	nlohmann-json3-dev libcpp-httplib-dev libsystemd-dev python3
 TEST_PACKAGES := googletest libgtest-dev fio nvme-cli tshark gnuplot iproute2 procps \
-	clang libclang-rt-14-dev librbd-dev librados-dev
+	clang libclang-rt-14-dev librbd-dev librados-dev openssl
 # The one-node Ceph cluster the rbd tests start (tests/rbd/cluster.sh), installed without
 # Recommends (ceph-mgr's would pull in its dashboard and more).
 CEPH_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime

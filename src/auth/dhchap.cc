@@ -221,6 +221,11 @@ void wipe(Bytes& b) {
   b.clear();
 }
 
+void wipe_text(std::string& s) {
+  if (!s.empty()) OPENSSL_cleanse(s.data(), s.size());
+  s.clear();
+}
+
 // ---------------------------------------------------------------------------- FFDHE
 
 DhExchange::~DhExchange() {

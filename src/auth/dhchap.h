@@ -29,12 +29,16 @@ size_t dh_group_bytes(uint8_t group);
 const char* dh_group_name(uint8_t group);
 bool parse_dh_group(std::string_view name, uint8_t* out);  // "null", "ffdhe2048", ...
 
+// Overwrites a secret before its memory goes back.
+void wipe(Bytes& b);
+
 // A DH-HMAC-CHAP secret: 32, 48 or 64 bytes of key and the hash that transforms it before
 // use (0: used as is).
 struct Secret {
   uint8_t transform = 0;
   Bytes key;
   bool empty() const { return key.empty(); }
+  ~Secret() { wipe(key); }  // every copy (a copy is wiped on its own)
 };
 // Parses "DHHC-1:xx:<base64 of key || CRC-32 (little-endian)>:". Every refusal names what is
 // wrong, never the secret.
@@ -61,8 +65,21 @@ bool equal(View a, View b);
 
 // Fills `out` with bytes from OpenSSL's CSPRNG; false if it could not.
 bool random_bytes(uint8_t* out, size_t len);
-// Overwrites a secret before its memory goes back.
-void wipe(Bytes& b);
+// The same for a secret's text ("DHHC-1:..." in a config copy): overwritten, then emptied.
+void wipe_text(std::string& s);
+// Wipes the listed secrets when the scope ends, whichever return ends it (error paths too).
+class WipeOnExit {
+ public:
+  WipeOnExit(std::initializer_list<Bytes*> secrets) : secrets_(secrets) {}
+  ~WipeOnExit() {
+    for (Bytes* b : secrets_) wipe(*b);
+  }
+  WipeOnExit(const WipeOnExit&) = delete;
+  WipeOnExit& operator=(const WipeOnExit&) = delete;
+
+ private:
+  std::vector<Bytes*> secrets_;
+};
 
 // One side of an FFDHE exchange (RFC 7919 groups).
 class DhExchange {

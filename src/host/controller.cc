@@ -48,6 +48,11 @@ std::string describe(const Completion& c) {
 Controller::Controller(Reactor& reactor)
     : reactor_(reactor), keep_alive_([this] { on_keep_alive_timer(); }) {}
 
+ControllerOptions::~ControllerOptions() {
+  auth::wipe_text(dhchap_secret);
+  auth::wipe_text(dhchap_ctrl_secret);
+}
+
 Controller::~Controller() {
   auth::wipe(host_key_);
   auth::wipe(ctrl_key_);

@@ -46,6 +46,7 @@ struct ControllerOptions {
   // TLS 1.3 (NVMe/TCP 1.1) with the first PSK of this file (interchange format): its length
   // picks TLS_AES_128_GCM_SHA256 (32 bytes) or TLS_AES_256_GCM_SHA384 (48).
   std::string tls_psk_file;
+  ~ControllerOptions();  // wipes the secrets' text (every copy)
 };
 
 // The fields of Identify Namespace a benchmark needs.

@@ -151,7 +151,10 @@ DhchapExchange::Step DhchapExchange::on_challenge(const Completion& c, const uin
   if (ch.dhvlen != dhvlen_ || sizeof ch + hl_ + dhvlen_ > kReceiveBytes)
     return refuse(wa::kFailIncorrectPayload, "DH value length is not the group's");
   const uint8_t* c1 = msg + sizeof ch;
-  auth::Bytes challenge(c1, c1 + hl_), host_public;
+  auth::Bytes challenge(c1, c1 + hl_), host_public, r1;
+  // What is derived from the session key, on every way out (a refusal too); the key itself
+  // is the exchange's, wiped when it finishes or goes.
+  auth::WipeOnExit wiped{&challenge, &r1};
   if (dhvlen_) {
     auth::DhExchange dh;
     std::string why;
@@ -160,8 +163,8 @@ DhchapExchange::Step DhchapExchange::on_challenge(const Completion& c, const uin
       return refuse(wa::kFailDhgroupUnusable, "DH exchange: " + why);
     challenge = auth::augmented_challenge(ch.hashid, session_key_, challenge);
   }
-  const auth::Bytes r1 = auth::host_response(ch.hashid, ctrl_.host_key_, challenge, ch.seqnum,
-                                             t_id_, ctrl_.hostnqn_, ctrl_.trid_.subnqn);
+  r1 = auth::host_response(ch.hashid, ctrl_.host_key_, challenge, ch.seqnum, t_id_, ctrl_.hostnqn_,
+                           ctrl_.trid_.subnqn);
 
   // REPLY, with C2 when the controller is to prove its key too.
   const bool bidirectional = ctrl_.have_ctrl_key_;
@@ -192,10 +195,11 @@ DhchapExchange::Step DhchapExchange::on_success1(const Completion& c, const uint
   std::memcpy(&s1, msg, sizeof s1);
   if (s1.hl != hl_) return refuse(wa::kFailHashUnusable, "SUCCESS1 hash length is not the hash's");
   if (!ctrl_.have_ctrl_key_) return {};
-  auth::Bytes c2v(c2_, c2_ + hl_);
+  auth::Bytes c2v(c2_, c2_ + hl_), want;
+  auth::WipeOnExit wiped{&c2v, &want};
   if (dhvlen_) c2v = auth::augmented_challenge(hashid_, session_key_, c2v);
-  const auth::Bytes want = auth::ctrl_response(hashid_, ctrl_.ctrl_key_, c2v, s2_, t_id_,
-                                               ctrl_.trid_.subnqn, ctrl_.hostnqn_);
+  want = auth::ctrl_response(hashid_, ctrl_.ctrl_key_, c2v, s2_, t_id_, ctrl_.trid_.subnqn,
+                             ctrl_.hostnqn_);
   if (!(s1.rvalid & 1) || !auth::equal(want, {msg + sizeof s1, hl_}))
     return refuse(wa::kFailFailed,
                   "the controller's response does not match its secret: not the controller "

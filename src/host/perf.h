@@ -68,6 +68,7 @@ struct PerfOptions {
   uint32_t reconnect_delay_s = 1;
   uint32_t ctrl_loss_tmo_s = 0;
   std::string dhchap_secret, dhchap_ctrl_secret;  // DH-HMAC-CHAP (see ControllerOptions)
+  ~PerfOptions();                                 // wipes the secrets' text
   std::string tls_psk_file;                       // TLS 1.3 (see ControllerOptions)
   bool progress = true;                           // the line every second
 };

@@ -2,11 +2,18 @@
 #include <cstdio>
 #include <string>
 
+#include "auth/dhchap.h"
 #include "common/units.h"
 #include "host/perf.h"
 #include "wire/nvme.h"
 
 namespace sens::host {
+
+PerfOptions::~PerfOptions() {
+  auth::wipe_text(dhchap_secret);
+  auth::wipe_text(dhchap_ctrl_secret);
+}
+
 namespace {
 
 struct RwEntry {

@@ -213,6 +213,18 @@ void subsystem_metrics(Exposition& e, const target::MetricsSnapshot& m) {
            "DH-HMAC-CHAP exchanges that ended, by result");
   e.sample("sens_dhchap_authentications_total", {{"result", "success"}}, m.auth_succeeded);
   e.sample("sens_dhchap_authentications_total", {{"result", "failure"}}, m.auth_failed);
+  e.family("sens_dhchap_negotiations", "gauge",
+           "DH-HMAC-CHAP negotiations with a DH group: in progress (holding a slot), waiting "
+           "for one, and the limit (--dhchap-negotiations)");
+  e.sample("sens_dhchap_negotiations", {{"state", "active"}}, m.negotiations_active);
+  e.sample("sens_dhchap_negotiations", {{"state", "waiting"}}, m.negotiations_waiting);
+  e.sample("sens_dhchap_negotiations", {{"state", "limit"}}, m.negotiations_limit);
+  e.family("sens_dhchap_negotiations_total", "counter",
+           "DH-HMAC-CHAP negotiations with a DH group, by what became of their slot");
+  e.sample("sens_dhchap_negotiations_total", {{"result", "admitted"}}, m.negotiations_admitted);
+  e.sample("sens_dhchap_negotiations_total", {{"result", "queued"}}, m.negotiations_queued);
+  e.sample("sens_dhchap_negotiations_total", {{"result", "refused"}}, m.negotiations_refused);
+  e.sample("sens_dhchap_negotiations_total", {{"result", "timed_out"}}, m.negotiations_timed_out);
   uint64_t tls_failed = 0;
   for (auto& r : m.reactors) tls_failed += r.tls_handshake_failures;
   e.family("sens_tls_handshake_failures_total", "counter",

@@ -50,6 +50,11 @@ class CommandQueue {
   using OffloadDone = void (*)(CommandQueue& q, Request& r, uint16_t status);
   virtual void offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
                        OffloadDone done) = 0;
+  // Parks `r` for a step that another thread ends (a DH step waiting for a negotiation
+  // slot): it counts as in flight, as under offload(). The Resume, called once from any
+  // thread, runs `done(queue, r, status)` back on this queue's thread (not if it closed).
+  using Resume = std::function<void(uint16_t status)>;
+  virtual Resume park(Request& r, OffloadDone done) = 0;
   // Fabrics.
   virtual uint64_t connection_id() const = 0;  // how the reactor finds this queue
   // Connect accepted: the queue now belongs to `ctrl` as queue `qid`.

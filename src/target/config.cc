@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <thread>
 
 #include "auth/dhchap.h"
 #include "common/units.h"
@@ -12,6 +13,16 @@
 #include "target/ns_options.h"
 
 namespace sens::target {
+
+SubsystemConfig::~SubsystemConfig() {
+  for (auto* keys : {&host_keys, &ctrl_keys})
+    for (auto& [host, key] : *keys) auth::wipe_text(key);
+}
+
+uint32_t dhchap_negotiation_limit(const TargetConfig& config) {
+  if (config.dhchap_negotiations) return config.dhchap_negotiations;
+  return std::max(8u, 2 * std::max(1u, std::thread::hardware_concurrency()));
+}
 
 void apply_defaults(TargetConfig& c) {
   if (c.listen.empty()) c.listen.push_back({"127.0.0.1", 4420});
@@ -292,6 +303,12 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
                " is both a TLS and a plain listener";
   if (c.dhchap_hashes.empty()) return "--dhchap-hash: no hash function left";
   if (c.dhchap_dhgroups.empty()) return "--dhchap-dhgroup: no DH group left";
+  if (c.dhchap_negotiations > 4096)
+    return "--dhchap-negotiations must be in 1..4096 (0: 2 x cores, at least 8), have " +
+           std::to_string(c.dhchap_negotiations);
+  if (c.dhchap_timeout_ms < 100 || c.dhchap_timeout_ms > 600000)
+    return "--dhchap-timeout-ms must be in 100..600000, have " +
+           std::to_string(c.dhchap_timeout_ms);
   if (c.inline_data % 16 != 0 || c.inline_data > 1024 * 1024)
     return "--inline-data must be a multiple of 16 and at most 1 MiB";
   if (c.max_h2c_data < 4096 || c.max_h2c_data % 4 != 0 || c.max_h2c_data > 16 * 1024 * 1024)

@@ -51,6 +51,9 @@ struct SubsystemConfig {
   Requirement require_tls, require_auth;
   // IOPS and bandwidth limits per namespace and per host ("qos" in its JSON object; qos_set).
   qos::Config qos;
+  // The secrets' text is overwritten before a copy's memory goes back (config copies are
+  // many: the command line's, the file's, the running and the live one, RPC answers).
+  ~SubsystemConfig();
 };
 
 // ANA (Asymmetric Namespace Access) states, as the ANA log page codes them (NVMe Base 2.0
@@ -112,6 +115,11 @@ struct TargetConfig {
   // (HashIDs 1..3, DHgroupIDs 0 null .. 5 ffdhe8192).
   std::vector<uint8_t> dhchap_hashes = {1, 2, 3};
   std::vector<uint8_t> dhchap_dhgroups = {0, 1, 2, 3, 4, 5};
+  // Negotiations with a DH group in progress at once on the whole target (0: 2 x the
+  // machine's cores, at least 8); more wait in turn, 8 per slot at most, then are refused.
+  // Each holds its slot for dhchap_timeout_ms at most.
+  uint32_t dhchap_negotiations = 0;
+  uint32_t dhchap_timeout_ms = 10000;
   std::string stats_json;  // written at exit and on SIGUSR1
   std::string metrics;     // ADDR:PORT of the Prometheus endpoint (src/mgmt); "": none
   bool read_only = false;
@@ -119,6 +127,8 @@ struct TargetConfig {
   bool strict_nqn = false;
 };
 
+// dhchap_negotiations, with 0 resolved.
+uint32_t dhchap_negotiation_limit(const TargetConfig& config);
 // Fills defaults the command line leaves open (listener, the RAM subsystem).
 void apply_defaults(TargetConfig& config);
 // Checks every field; returns "" or the first error, precise enough to fix the input. What is

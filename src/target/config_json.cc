@@ -259,7 +259,8 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error,
     } else if (key == "inline_data" || key == "max_h2c_data" || key == "max_io" ||
                key == "queue_size" || key == "max_io_queues" || key == "cores" ||
                key == "poll_max_us" || key == "sock_buf" || key == "max_connections" ||
-               key == "pool_share" || key == "stall_timeout_ms") {
+               key == "pool_share" || key == "stall_timeout_ms" ||
+               key == "dhchap_negotiations" || key == "dhchap_timeout_ms") {
       if (!json_size(v, key, &n, error)) return false;
       if (n > UINT32_MAX) {
         *error = "config key '" + key + "': too large";
@@ -285,6 +286,10 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error,
         c->pool_share = uint32_t(n);
       else if (key == "stall_timeout_ms")
         c->stall_timeout_ms = uint32_t(n);
+      else if (key == "dhchap_negotiations")
+        c->dhchap_negotiations = uint32_t(n);
+      else if (key == "dhchap_timeout_ms")
+        c->dhchap_timeout_ms = uint32_t(n);
       else
         c->poll_max_us = n;
     } else if (key == "poll") {
@@ -407,6 +412,8 @@ std::string to_json_text(const TargetConfig& c, bool with_secrets) {
   j["poll_max_us"] = c.poll_max_us;
   j["sock_buf"] = c.sock_buf;
   j["max_connections"] = c.max_connections;
+  j["dhchap_negotiations"] = c.dhchap_negotiations;
+  j["dhchap_timeout_ms"] = c.dhchap_timeout_ms;
   j["buffer_pool"] = c.buffer_pool;
   j["buffers"] = buffers::layout_name(c.buffers);
   j["receive_budget"] = c.receive_budget;

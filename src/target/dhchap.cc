@@ -37,6 +37,8 @@ DhchapSession::~DhchapSession() {
 }
 
 void DhchapSession::clear_exchange() {
+  // The slot goes to the next negotiation in line (or an expired ticket becomes idle).
+  if (slots_ && ticket_->state() != Negotiations::Ticket::kIdle) slots_->release(*ticket_);
   auth::wipe(session_key_);
   dh_.reset();
   std::memset(c1_, 0, sizeof c1_);
@@ -52,6 +54,22 @@ DhchapSession::Outcome DhchapSession::fail(uint8_t reason, const char* why) {
   LOG_INFO("dhchap: host '%s' controller %u qid %u: %s (%s)", id_.hostnqn.c_str(), id_.cntlid,
            id_.qid, why, wa::failure_name(reason));
   return Outcome::kNone;  // counted when the host is told (FAILURE1)
+}
+
+bool DhchapSession::dh_step_next(bool send) const {
+  if (dhgroup_ == wa::kDhNull) return false;
+  return send ? step_ == Step::kReply : step_ == Step::kChallenge;
+}
+
+void DhchapSession::run_off_reactor(bool send, uint8_t* data, uint32_t len) {
+  last_outcome_ = send ? on_send(data, len) : on_receive(data, len);
+}
+
+bool DhchapSession::slot_still_held() {
+  if (dhgroup_ == wa::kDhNull || !slots_ || ticket_->state() == Negotiations::Ticket::kHeld)
+    return true;
+  fail(wa::kFailFailed, "the negotiation took longer than the target allows (--dhchap-timeout-ms)");
+  return false;
 }
 
 DhchapSession::Outcome DhchapSession::on_send(const uint8_t* d, uint32_t len) {
@@ -76,6 +94,7 @@ DhchapSession::Outcome DhchapSession::on_send(const uint8_t* d, uint32_t len) {
     return fail(wa::kFailIncorrectMessage, "unknown message type");
   if (h.auth_id == wa::kIdReply && step_ == Step::kReply) {
     if (h.t_id != t_id_) return fail(wa::kFailIncorrectPayload, "REPLY for another transaction");
+    if (!slot_still_held()) return Outcome::kNone;
     return reply(d, len);
   }
   if (h.auth_id == wa::kIdSuccess2 && step_ == Step::kSuccess2) {
@@ -175,6 +194,7 @@ DhchapSession::Outcome DhchapSession::on_receive(uint8_t* out, uint32_t al) {
   const size_t hl = auth::hash_len(hash_);
   switch (step_) {
     case Step::kChallenge: {
+      if (!slot_still_held()) break;
       const size_t dhvlen = auth::dh_group_bytes(dhgroup_);
       if (sizeof(wa::Challenge) + hl + dhvlen > al) {
         fail(wa::kFailIncorrectPayload, "AUTH_Receive too short for the CHALLENGE");
@@ -309,14 +329,16 @@ Plan plan(CommandQueue& q, Request& r) {
   return p;
 }
 
-void execute(CommandQueue& q, Request& r) {
-  DhchapSession& session = *q.dhchap();
-  DhchapSession::Outcome o;
-  if (r.sqe.fctype() == nvme::fctype::kAuthSend) {
-    o = session.on_send(r.buf, r.xfer_len);
-  } else {
-    o = session.on_receive(r.buf, r.xfer_len);
-  }
+namespace {
+
+// A status the DH steps hand back to the reactor: the wait for a slot was refused.
+constexpr uint16_t kNoSlot = 1;
+
+bool is_send(const Request& r) {
+  return r.sqe.fctype() == nvme::fctype::kAuthSend;
+}
+
+void finish(CommandQueue& q, Request& r, DhchapSession::Outcome o) {
   if (o == DhchapSession::Outcome::kAuthenticated) {
     q.ctx().target.count_authentication(true);
     q.on_authenticated(true);
@@ -324,8 +346,73 @@ void execute(CommandQueue& q, Request& r) {
     q.ctx().target.count_authentication(false);
     q.on_authenticated(false);
   }
-  if (r.sqe.fctype() == nvme::fctype::kAuthSend) return q.complete(r, st::kSuccess);
+  if (is_send(r)) return q.complete(r, st::kSuccess);
   q.send_data(r, r.buf, r.xfer_len);
+}
+
+// Back on the reactor from a worker (or a refused wait).
+void dh_step_done(CommandQueue& q, Request& r, uint16_t status) {
+  DhchapSession& session = *q.dhchap();
+  session.set_busy(false);
+  if (status == kNoSlot) {
+    session.refuse("no negotiation slot within the timeout (--dhchap-negotiations)");
+    return finish(q, r, session.on_receive(r.buf, r.xfer_len));  // the FAILURE1, no DH
+  }
+  finish(q, r, session.last_outcome());
+}
+
+void post_dh_step(CommandQueue& q, Request& r, Negotiations& slots) {
+  DhchapSession* session = q.dhchap();
+  const bool send = is_send(r);
+  q.offload(
+      r, slots.worker(),
+      [session, &r, send] {
+        session->run_off_reactor(send, r.buf, r.xfer_len);
+        return uint16_t(0);
+      },
+      dh_step_done);
+}
+
+}  // namespace
+
+void execute(CommandQueue& q, Request& r) {
+  DhchapSession& session = *q.dhchap();
+  const bool send = is_send(r);
+  // One message at a time: the session is on a worker (or waiting for a slot).
+  if (session.busy()) return q.complete(r, st::kCmdSeqError);
+  if (!session.dh_step_next(send))
+    return finish(
+        q, r, send ? session.on_send(r.buf, r.xfer_len) : session.on_receive(r.buf, r.xfer_len));
+  Negotiations& slots = q.ctx().target.negotiations();
+  const auto& ticket = session.ticket(&slots);
+  session.set_busy(true);
+  if (send || !session.needs_slot()) return post_dh_step(q, r, slots);
+  // The CHALLENGE: the first DH step takes a slot of the target's, now or in turn.
+  WorkerThread* worker = &slots.worker();
+  DhchapSession* s = &session;
+  Request* req = &r;
+  auto admit = slots.acquire(ticket, [&]() -> Negotiations::Wake {
+    CommandQueue::Resume resume = q.park(r, dh_step_done);
+    return [resume, worker, s, req](bool granted) {
+      if (!granted) return resume(kNoSlot);
+      // The request stays parked (in flight) while the worker runs the step.
+      bool posted = worker->post([resume, s, req] {
+        s->run_off_reactor(false, req->buf, req->xfer_len);
+        resume(0);
+      });
+      if (!posted) resume(kNoSlot);  // stopping
+    };
+  });
+  switch (admit) {
+    case Negotiations::Admit::kNow:
+      return post_dh_step(q, r, slots);
+    case Negotiations::Admit::kQueued:
+      return;  // parked
+    case Negotiations::Admit::kRefused:
+      session.set_busy(false);
+      session.refuse("too many negotiations waiting on this target (--dhchap-negotiations)");
+      return finish(q, r, session.on_receive(r.buf, r.xfer_len));
+  }
 }
 
 }  // namespace dhchap

@@ -8,7 +8,9 @@
 #include <string>
 
 #include "auth/dhchap.h"
+#include "target/negotiations.h"
 #include "target/subsystem.h"
+#include "wire/nvme_auth.h"
 
 namespace sens::target {
 
@@ -38,6 +40,25 @@ class DhchapSession {
   // More negotiations than a queue is allowed (the DH work each costs is bounded per queue).
   static constexpr uint32_t kMaxNegotiations = 16;
 
+  // Off the reactor (negotiations.h). Whether the message `send` (AUTH_Send) or not
+  // (AUTH_Receive) brings next runs a DH step: key generation for the CHALLENGE, the peer's
+  // value and the shared secret for a REPLY. Those run on a worker, with a slot of the
+  // target's (the CHALLENGE takes it); nothing else touches the session meanwhile (busy).
+  bool dh_step_next(bool send) const;
+  bool needs_slot() const { return ticket_->state() == Negotiations::Ticket::kIdle; }
+  const std::shared_ptr<Negotiations::Ticket>& ticket(Negotiations* slots) {
+    slots_ = slots;
+    return ticket_;
+  }
+  bool busy() const { return busy_; }
+  void set_busy(bool busy) { busy_ = busy; }
+  // Runs the message on a worker; the outcome waits in last_outcome() for the reactor.
+  void run_off_reactor(bool send, uint8_t* data, uint32_t len);
+  Outcome last_outcome() const { return last_outcome_; }
+  // No slot for this negotiation (too many waiting, or the wait timed out): the next
+  // AUTH_Receive answers FAILURE1.
+  void refuse(const char* why) { fail(nvme::auth::kFailFailed, why); }
+
  private:
   enum class Step { kNegotiate, kChallenge, kReply, kSuccess1, kSuccess2, kFailure1 };
   Outcome fail(uint8_t reason, const char* why);
@@ -60,6 +81,13 @@ class DhchapSession {
   uint8_t c1_[64]{}, c2_[64]{};
   auth::DhExchange dh_;
   auth::Bytes session_key_;
+  // The target's negotiation slot (set on the first DH step) and the off-reactor hand-off.
+  Negotiations* slots_ = nullptr;
+  std::shared_ptr<Negotiations::Ticket> ticket_ = std::make_shared<Negotiations::Ticket>();
+  bool busy_ = false;
+  Outcome last_outcome_ = Outcome::kNone;
+  // False (and the exchange failed) when the slot was lost to the timeout.
+  bool slot_still_held();
 };
 
 }  // namespace sens::target

@@ -173,6 +173,14 @@ MetricsSnapshot Target::metrics_snapshot() {
     if (!ctrl->dead && ctrl->subsystem) ++m.controllers[ctrl->subsystem->nqn];
   m.auth_succeeded = auth_succeeded_.load();
   m.auth_failed = auth_failed_.load();
+  const Negotiations::Stats ns = negotiations_->stats();
+  m.negotiations_limit = negotiations_->limit();
+  m.negotiations_active = ns.active;
+  m.negotiations_waiting = ns.waiting;
+  m.negotiations_admitted = ns.admitted;
+  m.negotiations_queued = ns.queued;
+  m.negotiations_refused = ns.refused;
+  m.negotiations_timed_out = ns.timed_out;
   m.open_connections = open_connections_.load();
   m.coalesce_policy = coalesce::policy_name(config_.coalesce.policy);
   return m;

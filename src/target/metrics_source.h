@@ -122,6 +122,11 @@ struct MetricsSnapshot {
   std::vector<std::string> subsystems;
   std::map<std::string, uint64_t> controllers;  // live, by subsystem NQN
   uint64_t auth_succeeded = 0, auth_failed = 0;
+  // DH-HMAC-CHAP negotiations with a DH group (negotiations.h): in progress, waiting for a
+  // slot, and the totals admitted, queued, refused (the waiting line full) and timed out.
+  uint64_t negotiations_limit = 0, negotiations_active = 0, negotiations_waiting = 0;
+  uint64_t negotiations_admitted = 0, negotiations_queued = 0, negotiations_refused = 0,
+           negotiations_timed_out = 0;
   uint64_t open_connections = 0;
   std::string coalesce_policy;
 };

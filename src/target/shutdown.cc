@@ -47,6 +47,8 @@ void Target::stop() {
   // 1. No new connections; the ones accepted already are adopted before the quiesce below,
   // which each reactor runs after them.
   close_listeners();
+  // Negotiations waiting for a slot are refused now (the reactors answer them below).
+  negotiations_->stop_waiting();
   // 2. Commands that arrive from now on are held; the started ones run to their response.
   // A host that keeps its connection quiet (no H2CData for an R2T, no room to receive) is
   // waited for up to 10 s, then named in the log.
@@ -100,6 +102,7 @@ void Target::stop() {
   for (auto& t : threads_) t.join();
   threads_.clear();
   registry_.stop_workers();
+  negotiations_->stop_workers();
   running_ = false;
   close_listeners();  // if the reactor did not close them in time
   // Namespaces removed live whose last commands the stop cut off (live.cc).

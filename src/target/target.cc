@@ -275,6 +275,11 @@ nlohmann::json ReactorContext::stats_json() {
 // ---------------------------------------------------------------------------- target
 
 Target::Target(TargetConfig config) : config_(std::move(config)) {
+  // A worker per two cores for the DH steps (the reactors keep the rest), at most four.
+  const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+  negotiations_ = std::make_unique<Negotiations>(
+      dhchap_negotiation_limit(config_), std::chrono::milliseconds(config_.dhchap_timeout_ms),
+      std::clamp(cores / 2, 1u, 4u));
   if (config_.buffers == buffers::Layout::kTyche) {
     std::string why;
     geometry_ = buffers::CacheGeometry::detect(&why);
@@ -456,7 +461,17 @@ nlohmann::json Target::stats_json() {
                             {"spec", ns->spec},
                             {"syncs", ns->device->syncs()}});
   j["namespaces"] = namespaces;  // syncs: whole-device flushes (shutdown, CC.SHN)
-  j["auth"] = {{"succeeded", auth_succeeded_.load()}, {"failed", auth_failed_.load()}};
+  const Negotiations::Stats ns = negotiations_->stats();
+  j["auth"] = {{"succeeded", auth_succeeded_.load()},
+               {"failed", auth_failed_.load()},
+               {"negotiations",
+                {{"limit", negotiations_->limit()},
+                 {"active", ns.active},
+                 {"waiting", ns.waiting},
+                 {"admitted", ns.admitted},
+                 {"queued", ns.queued},
+                 {"refused", ns.refused},
+                 {"timed_out", ns.timed_out}}}};
   nlohmann::json qos = {{"limited_commands", 0}, {"throttled", 0}, {"delay_us", 0}};
   for (auto& r : reactors)
     if (r.contains("qos"))

@@ -18,6 +18,7 @@
 #include "target/config.h"
 #include "target/metrics_source.h"
 #include "target/reactor_context.h"
+#include "target/negotiations.h"
 #include "target/subsystem.h"
 #include "transport/tls.h"
 
@@ -146,12 +147,15 @@ class Target {
   void connection_closed() { open_connections_.fetch_sub(1); }
   // DH-HMAC-CHAP exchanges that ended, by outcome (stats JSON "auth").
   void count_authentication(bool ok) { (ok ? auth_succeeded_ : auth_failed_).fetch_add(1); }
+  // DH-HMAC-CHAP's DH work off the reactors, and the cap on negotiations in progress.
+  Negotiations& negotiations() { return *negotiations_; }
 
  private:
   class Listener;
   TargetConfig config_;
   buffers::CacheGeometry geometry_;
   Registry registry_;
+  std::unique_ptr<Negotiations> negotiations_;  // outlives the queues (their sessions)
   std::vector<std::unique_ptr<ReactorContext>> ctxs_;
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> threads_;

@@ -456,8 +456,7 @@ void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* st
   transport::SentCallback sent;
   if (success) sent = {&TcpQueue::on_resp_sent, this, r.index};  // no response follows
   if (stable)
-    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent,
-                              digest ? &r.ddgst : nullptr);
+    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent, digest ? &r.ddgst : nullptr);
   else
     sendq_.enqueue(iov, n, data_class(), sent);
   if (!success) return complete(r, st::kSuccess);

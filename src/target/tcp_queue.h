@@ -84,6 +84,7 @@ class TcpQueue final : public CommandQueue,
   void submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) override;
   void offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
                OffloadDone done) override;
+  Resume park(Request& r, OffloadDone done) override;
   void on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, uint16_t qid,
                     uint32_t sq_entries, bool sq_flow_disabled,
                     std::shared_ptr<const HostAuth> auth) override;

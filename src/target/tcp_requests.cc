@@ -411,6 +411,21 @@ void TcpQueue::free_slot(Request& r) {
   free_.push_back(r.index);
 }
 
+// Hook (wip/auth-worker, DH-HMAC-CHAP off the reactor): a request parked until another
+// thread resumes it; it waits as offload()'s do, and its answer comes back as a device event.
+CommandQueue::Resume TcpQueue::park(Request& r, OffloadDone done) {
+  states_.advance(r, S::kWaitingDevice);
+  ++inflight_io_;
+  slots_[r.index]->offload_done = done;
+  Reactor* reactor = &ctx_.reactor;
+  return [this, &r, reactor](uint16_t status) {
+    reactor->post([this, &r, status] {
+      r.answer_status = status;
+      device_event(r);
+    });
+  };
+}
+
 uint32_t TcpQueue::unanswered() const {
   uint32_t n = 0;
   for (S s : {S::kThrottled, S::kNeedBuffer, S::kAwaitingH2C, S::kReady, S::kExecuting,

@@ -153,6 +153,14 @@ int run_target(int argc, char** argv) {
                  "SO_SNDBUF of each connection in bytes (0: kernel default; small "
                  "values force partial sends, for tests)")
       ->default_val(0);
+  app.add_option("--dhchap-negotiations", cli.dhchap_negotiations,
+                 "DH-HMAC-CHAP negotiations with a DH group in progress at once on the target "
+                 "(1..4096; 0: 2 x cores, at least 8); more wait in turn (8 per slot), then are "
+                 "refused")
+      ->default_val(0);
+  app.add_option("--dhchap-timeout-ms", cli.dhchap_timeout_ms,
+                 "longest a negotiation holds (or waits for) its slot, 100..600000")
+      ->default_val(10000);
   app.add_option("--max-connections", cli.max_connections,
                  "open connections at most (every queue of every host counts); more are "
                  "refused at accept")
@@ -229,6 +237,8 @@ int run_target(int argc, char** argv) {
   if (given("--poll-max-us")) cfg.poll_max_us = cli.poll_max_us;
   if (given("--sock-buf")) cfg.sock_buf = cli.sock_buf;
   if (given("--max-connections")) cfg.max_connections = cli.max_connections;
+  if (given("--dhchap-negotiations")) cfg.dhchap_negotiations = cli.dhchap_negotiations;
+  if (given("--dhchap-timeout-ms")) cfg.dhchap_timeout_ms = cli.dhchap_timeout_ms;
   if (given("--buffer-pool")) {
     auto v = parse_size(buffer_pool);
     if (!v) {

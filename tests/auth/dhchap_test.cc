@@ -146,5 +146,31 @@ TEST(Ffdhe, RefusesValuesOutsideTheGroup) {
   EXPECT_FALSE(none.derive(pub, &out, &err));
 }
 
+// Secrets are overwritten, not just freed: wipe() and wipe_text() keep the capacity, so the
+// bytes they leave behind can be read back here.
+TEST(Wipe, WipeOnExitOverwritesOnEveryWayOut) {
+  Bytes key(64, 0xAB), derived(48, 0xCD);
+  const uint8_t* k = key.data();
+  const uint8_t* d = derived.data();
+  auto early_return = [&](bool fail) {
+    WipeOnExit wiped{&key, &derived};
+    if (fail) return false;  // an error path
+    return true;
+  };
+  EXPECT_FALSE(early_return(true));
+  EXPECT_TRUE(key.empty() && derived.empty());
+  for (size_t i = 0; i < 64; ++i) ASSERT_EQ(k[i], 0) << i;
+  for (size_t i = 0; i < 48; ++i) ASSERT_EQ(d[i], 0) << i;
+}
+
+TEST(Wipe, SecretTextIsOverwritten) {
+  std::string text = "DHHC-1:00:" + std::string(48, 'x') + ":";
+  const char* p = text.data();
+  const size_t n = text.size();
+  wipe_text(text);
+  EXPECT_TRUE(text.empty());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(p[i], 0) << i;
+}
+
 }  // namespace
 }  // namespace sens::auth

@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Authentication storm: a verified `sens perf` (4 KiB randrw, QD 4, DH-HMAC-CHAP with the null
+group) against one `sens target`, first quiet, then while --hosts hosts negotiate ffdhe8192 at
+once. Each storm host is a raw NVMe/TCP admin queue (ICReq, Connect, AUTH_Send/AUTH_Receive)
+that runs the whole exchange and checks SUCCESS1; a host refused for lack of a negotiation slot
+tries again after 1 to 2 s, as a host's reconnect would. The storm hosts use a short DH
+exponent (their side stays cheap; the target's side is the full ffdhe8192 work: key
+generation, the check of the host's value, the shared secret). Reports the verified run's
+p99 quiet and under the storm, its errors, and how the storm went (authenticated, refusals,
+the target's negotiation counters) as a Markdown table; --json writes the runs. Numbers depend
+on the machine: say how busy it was."""
+import argparse
+import base64
+import hashlib
+import hmac
+import json
+import os
+import random
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+NQN = "nqn.2026-11.io.sens-target:ram0"
+PERF_HOST = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000a1"
+STORM_HOST = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000a2"
+FFDHE8192 = 5
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def make_secret(seed):
+    """A DHHC-1 secret with transform 00 (the key is used as is): key || CRC-32 (LE)."""
+    key = bytes((seed * 31 + i * 7) & 0xFF for i in range(32))
+    text = base64.b64encode(key + struct.pack("<I", zlib.crc32(key))).decode()
+    return key, f"DHHC-1:00:{text}:"
+
+
+def ffdhe_prime(group_name):
+    """p of an RFC 7919 group, from OpenSSL's own parameters (PKCS#3 DER: SEQUENCE {p, g})."""
+    pem = subprocess.run(["openssl", "genpkey", "-genparam", "-algorithm", "DH", "-pkeyopt",
+                          f"group:{group_name}"], capture_output=True, text=True,
+                         check=True).stdout
+    der = base64.b64decode("".join(l for l in pem.splitlines() if not l.startswith("-----")))
+
+    def length(i):
+        n = der[i]
+        if n < 0x80:
+            return n, i + 1
+        k = n & 0x7F
+        return int.from_bytes(der[i + 1:i + 1 + k], "big"), i + 1 + k
+
+    assert der[0] == 0x30
+    _, i = length(1)
+    assert der[i] == 0x02
+    n, i = length(i + 1)
+    return int.from_bytes(der[i:i + n], "big")
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+class RawHost:
+    """One admin queue: ICReq, Connect, then AUTH_Send (in-capsule) / AUTH_Receive."""
+
+    def __init__(self, port, hostnqn):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.cid = 1
+        icreq = struct.pack("<BBBBIHBBI", 0, 0, 128, 0, 128, 0, 0, 0, 0).ljust(128, b"\0")
+        self.s.sendall(icreq)
+        recv_exact(self.s, 128)
+        data = bytearray(1024)
+        struct.pack_into("<H", data, 16, 0xFFFF)
+        data[256:256 + len(NQN)] = NQN.encode()
+        data[512:512 + len(hostnqn)] = hostnqn.encode()
+        sqe = self.sqe(0x01, len(data))
+        struct.pack_into("<HHHBxI", sqe, 40, 0, 0, 31, 0, 0)  # recfmt, qid 0, sqsize 31, kato 0
+        status, dw0 = self.command(sqe, bytes(data))
+        if status != 0:
+            raise RuntimeError(f"Connect: status {status:#x}")
+        if not dw0 & (1 << 17):  # AUTHREQ.ATR
+            raise RuntimeError("the target does not ask to authenticate")
+
+    def sqe(self, fctype, in_capsule_len):
+        sqe = bytearray(64)
+        sqe[0] = 0x7F
+        sqe[1] = 0x40  # SGL
+        struct.pack_into("<H", sqe, 2, self.cid)
+        self.cid += 1
+        sqe[4] = fctype
+        if in_capsule_len:  # SGL data block, offset 0, in the capsule
+            struct.pack_into("<QI3xB", sqe, 24, 0, in_capsule_len, 0x01)
+        else:  # transport data block
+            struct.pack_into("<QI3xB", sqe, 24, 0, 0, 0x5A)
+        return sqe
+
+    def command(self, sqe, data=b"", read_len=0):
+        hdr = struct.pack("<BBBBI", 4, 0, 72, 72 if data else 0, 72 + len(data))
+        self.s.sendall(hdr + bytes(sqe) + data)
+        out = b""
+        while True:
+            ch = recv_exact(self.s, 8)
+            ptype, _, hlen, pdo, plen = struct.unpack("<BBBBI", ch)
+            rest = recv_exact(self.s, plen - 8)
+            if ptype == 7:  # C2HData
+                out += rest[pdo - 8:]
+                continue
+            if ptype != 5:
+                raise RuntimeError(f"unexpected PDU type {ptype}")
+            dw0 = struct.unpack_from("<I", rest, 0)[0]
+            status = struct.unpack_from("<H", rest, 14)[0] >> 1
+            return status, (out if read_len else dw0)
+
+    def auth_send(self, msg):
+        sqe = self.sqe(0x05, len(msg))
+        struct.pack_into("<I", sqe, 40, (0xE9 << 24) | (0x01 << 16) | (0x01 << 8))
+        struct.pack_into("<I", sqe, 44, len(msg))
+        status, _ = self.command(sqe, msg)
+        if status != 0:
+            raise RuntimeError(f"AUTH_Send: status {status:#x}")
+
+    def auth_receive(self, al=4096):
+        sqe = self.sqe(0x06, 0)
+        struct.pack_into("<I", sqe, 24 + 8, al)  # SGL length
+        struct.pack_into("<I", sqe, 40, (0xE9 << 24) | (0x01 << 16) | (0x01 << 8))
+        struct.pack_into("<I", sqe, 44, al)
+        status, data = self.command(sqe, b"", al)
+        if status != 0:
+            raise RuntimeError(f"AUTH_Receive: status {status:#x}")
+        return data
+
+    def close(self):
+        self.s.close()
+
+
+def authenticate(host, key, hostnqn, p, t_id):
+    """The ffdhe8192 exchange with SHA-256. Returns None, or the FAILURE1 reason code."""
+    neg = bytearray(8 + 64)
+    neg[0], neg[1] = 0x00, 0x00  # common, NEGOTIATE
+    struct.pack_into("<H", neg, 4, t_id)
+    neg[7] = 1  # one protocol descriptor
+    neg[8], neg[10], neg[11] = 1, 1, 1  # DH-HMAC-CHAP, one hash, one group
+    neg[12], neg[12 + 30] = 1, FFDHE8192
+    host.auth_send(bytes(neg))
+    ch = host.auth_receive()
+    if ch[0] == 0x00 and ch[1] == 0xF1:  # FAILURE1
+        return ch[7]
+    if ch[1] != 0x01:  # CHALLENGE
+        raise RuntimeError(f"no CHALLENGE: {ch[0]:#x}/{ch[1]:#x}")
+    hl, dhvlen, s1 = ch[6], struct.unpack_from("<H", ch, 10)[0], struct.unpack_from("<I", ch, 12)[0]
+    c1 = ch[16:16 + hl]
+    ctrl_pub = int.from_bytes(ch[16 + hl:16 + hl + dhvlen], "big")
+    y = random.getrandbits(64) | (1 << 63)  # short: the host's side stays cheap
+    host_pub = pow(2, y, p).to_bytes(dhvlen, "big")
+    shared = pow(ctrl_pub, y, p).to_bytes(dhvlen, "big")
+    c1a = hmac.new(hashlib.sha256(shared).digest(), c1, hashlib.sha256).digest()
+    r1 = hmac.new(key, c1a + struct.pack("<IHB", s1, t_id, 0) + b"HostHost" + hostnqn.encode() +
+                  b"\0" + NQN.encode(), hashlib.sha256).digest()
+    rep = struct.pack("<BBHHBBBBHI", 0x01, 0x02, 0, t_id, hl, 0, 0, 0, dhvlen, 0)
+    host.auth_send(rep + r1 + bytes(hl) + host_pub)
+    s = host.auth_receive()
+    if s[0] == 0x00 and s[1] == 0xF1:
+        return s[7]
+    if s[1] != 0x03:  # SUCCESS1
+        raise RuntimeError(f"no SUCCESS1: {s[0]:#x}/{s[1]:#x}")
+    return None
+
+
+def storm(a, port, key, p, deadline, result):
+    lock = threading.Lock()
+
+    def one(i):
+        tries = 0
+        while time.monotonic() < deadline:
+            tries += 1
+            try:
+                h = RawHost(port, STORM_HOST)
+                try:
+                    reason = authenticate(h, key, STORM_HOST, p, i)
+                finally:
+                    h.close()
+            except Exception as e:  # noqa: BLE001 (counted and reported)
+                with lock:
+                    result["errors"].append(f"host {i}: {e}")
+                return
+            if reason is None:
+                with lock:
+                    result["authenticated"] += 1
+                    result["tries"] += tries
+                return
+            with lock:
+                result["refusals"] += 1
+            time.sleep(1.0 + random.random())  # a host's reconnect pause (Linux: 10 s)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(a.hosts)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    result["seconds"] = time.monotonic() - start
+
+
+def perf(a, port, secret):
+    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{PERF_HOST}"
+    cmd = [a.sens, "perf", "-r", trid, "--dhchap-secret", secret, "--rw", "randrw", "--bs", "4k",
+           "--qd", "4", "--size", "64M", "--verify", "--time", str(a.time), "--warmup", "0.3",
+           "-q", "--json", "-"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def summary(proc):
+    out, err = proc.communicate(timeout=300)
+    if proc.returncode != 0:
+        sys.exit(f"sens perf failed: {err}")
+    j = json.loads(out[out.index("{"):])
+    return {"iops": j["iops"], "p99_us": j["clat_ns"]["percentile"]["99.000000"] / 1e3,
+            "errors": j["errors"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
+    ap.add_argument("--time", type=float, default=10, help="seconds of each verified run")
+    ap.add_argument("--hosts", type=int, default=200)
+    ap.add_argument("--negotiations", type=int, default=0,
+                    help="the target's --dhchap-negotiations (0: its default)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    key, secret = make_secret(7)
+    p = ffdhe_prime("ffdhe8192")
+    work = tempfile.mkdtemp(prefix="sens-auth-storm-")
+    sock = os.path.join(work, "rpc.sock")
+    port = free_port()
+    target = subprocess.Popen(
+        [a.sens, "target", "--listen", f"127.0.0.1:{port}", "--discovery-port", "0", "--ns",
+         "ram:256M", "--rpc", sock, "-q", "--host-key", f"{PERF_HOST}={secret}", "--host-key",
+         f"{STORM_HOST}={secret}", "--max-connections", "1024"] +
+        (["--dhchap-negotiations", str(a.negotiations)] if a.negotiations else []),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rpc = [a.sens, "rpc", "--socket", sock]
+    try:
+        subprocess.run(rpc + ["--wait", "10", "framework_wait_init"], check=True,
+                       capture_output=True)
+        quiet = summary(perf(a, port, secret))
+        result = {"authenticated": 0, "refusals": 0, "tries": 0, "errors": []}
+        run = perf(a, port, secret)
+        time.sleep(1.0)  # the storm starts once the run is under way
+        storm(a, port, key, p, time.monotonic() + a.time - 1.5, result)
+        stormy = summary(run)
+        stats = json.loads(subprocess.run(rpc + ["stats_get"], check=True, capture_output=True,
+                                          text=True).stdout)
+    finally:
+        target.terminate()
+        target.wait(timeout=30)
+    n = stats["auth"].get("negotiations", {"limit": "none (DH on the reactor)"})
+    print(f"verified sens perf: 4 KiB randrw QD 4, {a.time} s; storm: {a.hosts} hosts "
+          f"negotiating ffdhe8192 (SHA-256) at once, target limit {n['limit']} at a time\n")
+    print("| case | IOPS | p99 (us) | errors |")
+    print("|---|---:|---:|---:|")
+    print(f"| quiet | {quiet['iops']:.0f} | {quiet['p99_us']:.1f} | {quiet['errors']} |")
+    print(f"| during the storm | {stormy['iops']:.0f} | {stormy['p99_us']:.1f} | "
+          f"{stormy['errors']} |")
+    ratio = stormy["p99_us"] / quiet["p99_us"] if quiet["p99_us"] else float("nan")
+    print(f"\np99 ratio storm/quiet: {ratio:.2f}x")
+    print(f"storm: {result['authenticated']}/{a.hosts} hosts authenticated in "
+          f"{result.get('seconds', 0):.1f} s, {result['refusals']} refusals (no slot; retried), "
+          f"{len(result['errors'])} errors")
+    for e in result["errors"][:5]:
+        print(f"  {e}")
+    print(f"target negotiations: {json.dumps(n)}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"quiet": quiet, "storm": stormy, "ratio": ratio, "hosts": result,
+                       "negotiations": n, "args": vars(a)}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
