@@ -212,14 +212,10 @@ void SendQueue::account_sent(size_t sent) {
   }
 }
 
-bool SendQueue::send_tls() {
-  // The committed PDUs as one list from the first byte not yet counted as sent; the channel
-  // skips what it has encrypted already and takes a batch of records' worth (~64 KiB), so a
-  // bounded list is enough.
-  constexpr size_t kListBytes = 256 * 1024;
+size_t SendQueue::list_committed(size_t max_iovs, size_t max_bytes) {
   scratch_.clear();
   size_t listed = 0;
-  for (size_t i = head_; i < committed_ && listed < kListBytes; ++i) {
+  for (size_t i = head_; i < committed_ && scratch_.size() < max_iovs && listed < max_bytes; ++i) {
     if (iov_[i].digest) seal_digest(iov_[i]);
     iovec v = iov_[i].iov;
     if (i == head_) {
@@ -229,6 +225,20 @@ bool SendQueue::send_tls() {
     scratch_.push_back(v);
     listed += v.iov_len;
   }
+  return listed;
+}
+
+void SendQueue::wait_writable() {
+  blocked_ = true;
+  snapshot_waiting();
+  owner_.want_writable(true);
+}
+
+bool SendQueue::send_tls() {
+  // The committed PDUs as one list from the first byte not yet counted as sent; the channel
+  // skips what it has encrypted already and takes a batch of records' worth (~64 KiB), so a
+  // bounded list is enough.
+  list_committed(SIZE_MAX, 256 * 1024);
   TlsChannel::Io io;
   const uint64_t calls = tls_->send_syscalls();
   size_t sent = tls_->send(scratch_.data(), scratch_.size(), 0, &io);
@@ -238,9 +248,7 @@ bool SendQueue::send_tls() {
   if (io == TlsChannel::Io::kOk) return true;
   if (io == TlsChannel::Io::kWantWrite || io == TlsChannel::Io::kWantRead) {
     ++counters_.eagain;
-    blocked_ = true;
-    snapshot_waiting();
-    owner_.want_writable(true);
+    wait_writable();
     return false;
   }
   dead_ = true;
@@ -260,20 +268,7 @@ void SendQueue::send_committed() {
       }
       continue;
     }
-    scratch_.clear();
-    size_t end = committed_;
-    if (end - head_ > IOV_MAX) end = head_ + IOV_MAX;
-    size_t want = 0;
-    for (size_t i = head_; i < end; ++i) {
-      if (iov_[i].digest) seal_digest(iov_[i]);
-      iovec v = iov_[i].iov;
-      if (i == head_) {
-        v.iov_base = static_cast<char*>(v.iov_base) + head_offset_;
-        v.iov_len -= head_offset_;
-      }
-      scratch_.push_back(v);
-      want += v.iov_len;
-    }
+    const size_t want = list_committed(IOV_MAX, SIZE_MAX);
     msghdr msg{};
     msg.msg_iov = scratch_.data();
     msg.msg_iovlen = scratch_.size();
@@ -284,9 +279,7 @@ void SendQueue::send_committed() {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         ++counters_.eagain;
-        blocked_ = true;
-        snapshot_waiting();
-        owner_.want_writable(true);
+        wait_writable();
         break;
       }
       dead_ = true;
@@ -295,11 +288,7 @@ void SendQueue::send_committed() {
       return;
     }
     account_sent(size_t(sent));
-    if (size_t(sent) < want) {  // the socket buffer is full: wait for EPOLLOUT
-      blocked_ = true;
-      snapshot_waiting();
-      owner_.want_writable(true);
-    }
+    if (size_t(sent) < want) wait_writable();  // the socket buffer is full
   }
   in_send_ = false;
   // Reclaim the consumed prefix so the vector stays small without reallocating.

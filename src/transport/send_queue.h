@@ -114,6 +114,10 @@ class SendQueue final : public PassEndHandler {
   void seal_digest(Entry& e);  // computes a deferred data digest (once)
   void commit(coalesce::FlushReason reason);
   void send_committed();
+  // scratch_ = the committed iovecs from the first byte not yet sent, at most `max_iovs` of
+  // them, stopping once `max_bytes` are listed (deferred digests are sealed as listed).
+  size_t list_committed(size_t max_iovs, size_t max_bytes);
+  void wait_writable();  // the socket is full: copy what may change, ask for EPOLLOUT
   // One batch of TLS records; false when the loop must stop (blocked or dead).
   bool send_tls();
   void account_sent(size_t sent);  // runs the callbacks of the PDUs now fully sent
