@@ -77,8 +77,10 @@ std::string MetricsServer::start(const std::string& address) {
   auto& s = impl_->server;
   // One worker: scrapes are rare and each one already waits on every reactor.
   s.new_task_queue = [] { return new httplib::ThreadPool(1); };
-  s.set_keep_alive_timeout(5);
-  s.set_read_timeout(5);
+  // A scraper sends its whole request at once: a client that stalls mid-request holds the one
+  // worker (and every scrape behind it) only this long.
+  s.set_keep_alive_timeout(2);
+  s.set_read_timeout(2);
   s.set_write_timeout(5);
   s.set_payload_max_length(64 * 1024);
   s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
