@@ -95,6 +95,13 @@ std::string DhchapExchange::check(const Completion& c, const uint8_t* msg, uint8
   const bool failure1 = f.auth_type == wa::kTypeCommon && f.auth_id == wa::kIdFailure1;
   // The Linux target drops the connection right after a FAILURE1's data, often before its
   // response: the message that arrived still says why.
+  // When even that data is lost with the connection, a connection closed right after our
+  // REPLY is still most likely a refusal of our response: say so, not only "transport".
+  if (!c.ok() && !failure1 && expected == wa::kIdSuccess1 && c.status == kStatusHostPathError)
+    return where_ +
+           "the controller closed the connection after our REPLY, before its answer "
+           "arrived: it most likely refused our response (wrong key?); " +
+           describe(c);
   if (!c.ok() && !failure1) return where_ + "AUTH_Receive: " + describe(c);
   if (failure1)
     return where_ + "the controller refused (FAILURE1): " + wa::failure_name(f.rescode_exp) +
