@@ -75,22 +75,42 @@ void Region::discard(uint8_t* p, uint64_t n) {
 }
 
 uint64_t Region::huge_bytes() const {
-  if (kind_ == PageKind::kHugetlb) return size_;
+  return backing().huge_bytes;
+}
+
+Region::Backing Region::backing() const {
+  Backing b;
+  if (kind_ == PageKind::kHugetlb) return {true, true, size_, size_};
   std::ifstream f("/proc/self/smaps");
   std::string line;
   const uintptr_t lo = reinterpret_cast<uintptr_t>(base_), hi = lo + size_;
   bool inside = false;
-  uint64_t total = 0;
   while (std::getline(f, line)) {
-    unsigned long long a = 0, b = 0;
-    if (std::sscanf(line.c_str(), "%llx-%llx ", &a, &b) == 2 && line.find(':') > 12) {
-      inside = a < hi && b > lo;  // a mapping line ("start-end perms ...")
+    unsigned long long a = 0, c = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &a, &c) == 2 && line.find(':') > 12) {
+      inside = a < hi && c > lo;                      // a mapping line ("start-end perms ...")
+      if (inside && !b.known) b.thp_eligible = true;  // every mapping of it must be eligible
+      b.known = b.known || inside;
       continue;
     }
+    if (!inside) continue;
     unsigned long long kb = 0;
-    if (inside && std::sscanf(line.c_str(), "AnonHugePages: %llu kB", &kb) == 1) total += kb * 1024;
+    int eligible = 0;
+    if (std::sscanf(line.c_str(), "AnonHugePages: %llu kB", &kb) == 1) b.huge_bytes += kb * 1024;
+    if (std::sscanf(line.c_str(), "Rss: %llu kB", &kb) == 1) b.resident_bytes += kb * 1024;
+    if (std::sscanf(line.c_str(), "THPeligible: %d", &eligible) == 1 && eligible == 0)
+      b.thp_eligible = false;
   }
-  return total;
+  return b;
+}
+
+std::string thp_enabled_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  const size_t open = line.find('['), close = line.find(']');
+  if (open == std::string::npos || close == std::string::npos || close < open) return "";
+  return line.substr(open + 1, close - open - 1);
 }
 
 }  // namespace sens::buffers

@@ -40,6 +40,14 @@ class Region {
   // Bytes of this region that the kernel backs with huge pages now (from /proc/self/smaps;
   // 0 if it cannot tell). For the stats, not the data path.
   uint64_t huge_bytes() const;
+  // What /proc/self/smaps says of this region now (reads the file: not for the data path).
+  struct Backing {
+    bool known = false;           // the region's mappings were found in smaps
+    bool thp_eligible = false;    // THPeligible: a fault here may take a 2 MiB page
+    uint64_t resident_bytes = 0;  // Rss: memory the region holds now
+    uint64_t huge_bytes = 0;      // AnonHugePages: of that, on 2 MiB pages
+  };
+  Backing backing() const;
 
  private:
   Region(uint8_t* map, uint64_t map_len, uint8_t* base, uint64_t size, PageKind kind)
@@ -50,6 +58,10 @@ class Region {
   uint64_t size_;
   PageKind kind_;
 };
+
+// The system's transparent huge page mode, the bracketed word of
+// /sys/kernel/mm/transparent_hugepage/enabled ("always", "madvise", "never"; "" if unknown).
+std::string thp_enabled_mode();
 
 // Free explicit huge pages the kernel has (HugePages_Free in /proc/meminfo), 0 if unknown.
 uint64_t free_hugetlb_pages();

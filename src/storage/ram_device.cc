@@ -12,6 +12,7 @@
 #include "buffers/region.h"
 #include "common/units.h"
 #include "storage/backends.h"
+#include "storage/memory_pages.h"
 #include "storage/stripe_locks.h"
 
 namespace sens::storage {
@@ -55,6 +56,19 @@ class RamDevice final : public Device {
   const uint8_t* mapped(uint64_t offset, uint32_t len) const override {
     if (offset > size_ || len > size_ - offset) return nullptr;
     return base_ + offset;
+  }
+
+  // What ram_memory_pages() reports: reads smaps and sysfs, so never on the data path.
+  void memory_pages(MemoryPages* out) const {
+    out->kind = buffers::page_kind_name(region_->kind());
+    out->advised = region_->kind() == buffers::PageKind::kTransparent;
+    out->thp_enabled = buffers::thp_enabled_mode();
+    const buffers::Region::Backing b = region_->backing();
+    out->known = b.known;
+    out->thp_eligible = b.thp_eligible;
+    out->resident_bytes = b.resident_bytes;
+    out->huge_bytes = b.huge_bytes;
+    out->address = reinterpret_cast<uintptr_t>(base_);
   }
 
   int execute(const Request& req) {
@@ -137,6 +151,29 @@ std::unique_ptr<Device> open_ram(uint64_t size, bool read_only, std::string* err
     return nullptr;
   }
   return std::make_unique<RamDevice>(std::move(region), size, read_only);
+}
+
+bool ram_memory_pages(const Device& device, MemoryPages* out) {
+  auto* ram = dynamic_cast<const RamDevice*>(&device);
+  if (!ram) return false;
+  ram->memory_pages(out);
+  return true;
+}
+
+std::string describe_memory_pages(const MemoryPages& p) {
+  std::string s = "pages: ";
+  if (!p.known)
+    s += "not found in /proc/self/smaps";
+  else if (p.advised && p.thp_eligible)
+    s += "transparent huge pages, 2 MiB as first written when the kernel has one free";
+  else if (p.advised)
+    s += "4 KiB (MADV_HUGEPAGE given, but the kernel does not take huge pages here)";
+  else
+    s += "4 KiB (madvise(MADV_HUGEPAGE) refused)";
+  s += " (THP enabled: " + (p.thp_enabled.empty() ? std::string("unknown") : p.thp_enabled) +
+       ", THPeligible " + (p.thp_eligible ? "1" : "0") + "); now " + format_size(p.huge_bytes) +
+       " of " + format_size(p.resident_bytes) + " resident on huge pages";
+  return s;
 }
 
 }  // namespace sens::storage

@@ -15,6 +15,7 @@
 
 #include "coalesce/stats_json.h"
 #include "common/log.h"
+#include "storage/memory_pages.h"
 #include "target/listener.h"
 #include "target/tcp_queue.h"
 
@@ -455,11 +456,21 @@ nlohmann::json Target::stats_json() {
   nlohmann::json namespaces = nlohmann::json::array();
   std::lock_guard<std::mutex> lock(registry_.management_mutex());  // (see active_namespaces)
   for (Subsystem* s : registry_.subsystems())
-    for (Namespace* ns : s->active_namespaces())
-      namespaces.push_back({{"nqn", s->nqn},
-                            {"nsid", ns->nsid},
-                            {"spec", ns->spec},
-                            {"syncs", ns->device->syncs()}});
+    for (Namespace* ns : s->active_namespaces()) {
+      nlohmann::json entry = {
+          {"nqn", s->nqn}, {"nsid", ns->nsid}, {"spec", ns->spec}, {"syncs", ns->device->syncs()}};
+      storage::MemoryPages p;  // a RAM namespace: how its memory is paged now
+      if (storage::ram_memory_pages(*ns->device, &p))
+        entry["pages"] = {{"kind", p.kind},
+                          {"madvise_hugepage", p.advised},
+                          {"thp_enabled", p.thp_enabled},
+                          {"smaps_found", p.known},
+                          {"thp_eligible", p.thp_eligible},
+                          {"resident_bytes", p.resident_bytes},
+                          {"huge_bytes", p.huge_bytes},
+                          {"address", p.address}};
+      namespaces.push_back(entry);
+    }
   j["namespaces"] = namespaces;  // syncs: whole-device flushes (shutdown, CC.SHN)
   const Negotiations::Stats ns = negotiations_->stats();
   j["auth"] = {{"succeeded", auth_succeeded_.load()},

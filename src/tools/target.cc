@@ -15,6 +15,7 @@
 #include "mgmt/metrics_server.h"
 #include "mgmt/rpc_server.h"
 #include "mgmt/target_methods.h"
+#include "storage/memory_pages.h"
 #include "target/target.h"
 #include "tools/cli.h"
 #include "tools/command.h"
@@ -410,10 +411,14 @@ int run_target(int argc, char** argv) {
   }
   for (target::Subsystem* s : t.registry().subsystems()) {
     std::printf("subsystem %s\n", s->nqn.c_str());
-    for (target::Namespace* ns : s->active_namespaces())
+    for (target::Namespace* ns : s->active_namespaces()) {
       std::printf("  namespace %u: %s, %llu blocks of %u bytes\n", ns->nsid,
                   ns->device->describe().c_str(),
                   static_cast<unsigned long long>(ns->blocks.load()), 1u << ns->block_shift);
+      storage::MemoryPages pages;
+      if (storage::ram_memory_pages(*ns->device, &pages))
+        std::printf("    %s\n", storage::describe_memory_pages(pages).c_str());
+    }
     for (auto& host : s->keyed_hosts())
       std::printf("  host %s authenticates (DH-HMAC-CHAP%s)\n", host.c_str(),
                   s->auth_for(host)->ctrl_key.empty() ? "" : ", bidirectional on request");
