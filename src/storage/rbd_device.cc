@@ -4,14 +4,11 @@
 // on which librbd's callback thread hands finished operations back. The list's first entry
 // signals the queue's eventfd, so the reactor that submitted an I/O runs its completion.
 //
-// The image's shared record (NVMe reservations, one state for every gateway) is a RADOS object
-// beside the image, `sens_resv.<image id>` in its pool: written by compare-and-swap on the
-// object's version (no lock, so a gateway that dies mid-update wedges nobody), watched by every
-// gateway, and each write is followed by a notify that carries the new value and returns once
-// every watcher has applied it (or a short timeout passed); a re-read every 2 s catches what a
-// lost watch missed.
+// The image's shared record (NVMe reservations, one state for every gateway) and this gateway's
+// lease on it are in rbd_record.h. Writes are handed to librbd only while the lease holds.
 #include "storage/backends.h"
 #include "storage/operation_slots.h"
+#include "storage/rbd_record.h"
 
 #if SENS_HAVE_RBD
 
@@ -46,7 +43,7 @@ namespace {
 constexpr uint32_t kRbdBlockSize = 512;  // as the kernel's rbd driver: any 512-byte multiple
 
 std::string errno_text(int negative_errno) {
-  return std::strerror(-negative_errno);
+  return rbd_errno_text(negative_errno);
 }
 
 // SHA-256 of `seed`, first 16 bytes: an identity any gateway computes the same way.
@@ -56,197 +53,6 @@ void digest16(const std::string& seed, uint8_t out[16]) {
   EVP_Digest(seed.data(), seed.size(), md, &len, EVP_sha256(), nullptr);
   std::memcpy(out, md, 16);
 }
-
-// The shared record of one image (see the top of this file). Three ioctxs, since
-// rados_get_last_version is per ioctx: the commands' reads and writes (under a mutex: several
-// reactors), the re-reads (so that one stuck on a dead cluster holds no command up), and the
-// watch with its acknowledgements (which must never wait behind a write that waits for them).
-class RbdSharedRecord final : public SharedRecord {
- public:
-  // Every gateway acknowledges a write within this (or is left to its periodic re-read): a
-  // gateway killed moments ago stays a watcher until the OSD times its watch out.
-  static constexpr unsigned kNotifyTimeoutMs = 3000;
-  static constexpr unsigned kWatchTimeoutS = 10;
-  static constexpr auto kRereadEvery = std::chrono::seconds(2);
-  // Larger than any valid record (the parser refuses what is longer than its registrants).
-  static constexpr size_t kMaxBytes = 64 * 1024;
-
-  RbdSharedRecord(rados_ioctx_t rw, rados_ioctx_t notify, rados_ioctx_t reread, std::string pool,
-                  std::string object)
-      : rw_(rw),
-        notify_(notify),
-        reread_(reread),
-        pool_(std::move(pool)),
-        object_(std::move(object)) {}
-
-  // Creates the object if no gateway has yet, watches it and starts the re-reads. Returns 0
-  // or -errno (*what: the step that failed).
-  int start(std::string* what) {
-    int rc = watch_object(what);
-    if (rc < 0) return rc;
-    rereader_ = std::thread([this] { reread_loop(); });
-    return 0;
-  }
-
-  // Before the ioctxs and the cluster handle go (RbdDevice's destructor).
-  void stop(rados_t cluster) {
-    {
-      std::lock_guard<std::mutex> lock(stop_mu_);
-      stop_ = true;
-    }
-    stop_cv_.notify_all();
-    if (rereader_.joinable()) rereader_.join();
-    if (watching_) rados_unwatch2(notify_, watch_cookie_);
-    watching_ = false;
-    rados_watch_flush(cluster);  // no callback runs after this
-  }
-
-  int read(std::string* bytes, uint64_t* version) override {
-    std::lock_guard<std::mutex> lock(io_mu_);
-    return read_from(rw_, object_, read_buf_, bytes, version);
-  }
-
-  int write(const std::string& bytes, uint64_t version, uint64_t* new_version) override {
-    {
-      std::lock_guard<std::mutex> lock(io_mu_);
-      rados_write_op_t op = rados_create_write_op();
-      if (version == 0)
-        rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
-      else
-        rados_write_op_assert_version(op, version);
-      rados_write_op_write_full(op, bytes.data(), bytes.size());
-      int rc = rados_write_op_operate(op, rw_, object_.c_str(), nullptr, 0);
-      rados_release_write_op(op);
-      // The object moved on (or appeared) since it was read: another gateway won the race.
-      if (rc == -ERANGE || rc == -EOVERFLOW || rc == -EEXIST) return -ECANCELED;
-      if (rc < 0) return rc;
-      *new_version = rados_get_last_version(rw_);
-    }
-    // The new value, behind its version, to every watcher; they acknowledge once applied.
-    std::string payload(8, '\0');
-    std::memcpy(payload.data(), new_version, 8);
-    payload += bytes;
-    char* reply = nullptr;
-    size_t reply_len = 0;
-    int rc = rados_notify2(notify_, object_.c_str(), payload.data(), int(payload.size()),
-                           kNotifyTimeoutMs, &reply, &reply_len);
-    if (reply) rados_buffer_free(reply);
-    if (rc < 0)
-      LOG_WARN(
-          "%s: written (version %llu), but not every gateway acknowledged it within %u ms "
-          "(%s); a gateway that missed it reads it within %lld s",
-          describe().c_str(), static_cast<unsigned long long>(*new_version), kNotifyTimeoutMs,
-          errno_text(rc).c_str(), static_cast<long long>(kRereadEvery.count()));
-    return 0;
-  }
-
-  void watch(ChangeHandler on_change) override {
-    std::lock_guard<std::mutex> lock(handler_mu_);
-    handler_ = std::move(on_change);
-  }
-
-  std::string describe() const override { return "rados object " + pool_ + "/" + object_; }
-
- private:
-  static int read_from(rados_ioctx_t io, const std::string& object, std::vector<char>& buf,
-                       std::string* bytes, uint64_t* version) {
-    buf.resize(kMaxBytes + 1);
-    int rc = rados_read(io, object.c_str(), buf.data(), buf.size(), 0);
-    if (rc == -ENOENT) {  // removed by hand: empty, as never written
-      bytes->clear();
-      *version = 0;
-      return 0;
-    }
-    if (rc < 0) return rc;
-    bytes->assign(buf.data(), size_t(rc));
-    *version = rados_get_last_version(io);
-    return 0;
-  }
-
-  // Creates the object if it is not there (a watch needs one) and watches it.
-  int watch_object(std::string* what) {
-    rados_write_op_t op = rados_create_write_op();
-    rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, nullptr);
-    int rc = rados_write_op_operate(op, notify_, object_.c_str(), nullptr, 0);
-    rados_release_write_op(op);
-    if (rc < 0) {
-      *what = "cannot create the reservation record " + describe();
-      return rc;
-    }
-    rc = rados_watch3(notify_, object_.c_str(), &watch_cookie_, &RbdSharedRecord::on_notify,
-                      &RbdSharedRecord::on_watch_error, kWatchTimeoutS, this);
-    if (rc < 0) {
-      *what = "cannot watch the reservation record " + describe();
-      return rc;
-    }
-    watching_ = true;
-    return 0;
-  }
-
-  void deliver(const std::string& bytes, uint64_t version) {
-    std::lock_guard<std::mutex> lock(handler_mu_);  // watch() waits for a running call
-    if (handler_) handler_(bytes, version);
-  }
-
-  static void on_notify(void* arg, uint64_t notify_id, uint64_t cookie, uint64_t, void* data,
-                        size_t len) {
-    auto* self = static_cast<RbdSharedRecord*>(arg);
-    if (len >= 8) {
-      uint64_t version;
-      std::memcpy(&version, data, 8);
-      self->deliver(std::string(static_cast<const char*>(data) + 8, len - 8), version);
-    }
-    rados_notify_ack(self->notify_, self->object_.c_str(), notify_id, cookie, nullptr, 0);
-  }
-
-  static void on_watch_error(void* arg, uint64_t, int err) {
-    auto* self = static_cast<RbdSharedRecord*>(arg);
-    LOG_WARN("%s: the watch failed (%s); watching again", self->describe().c_str(),
-             errno_text(err).c_str());
-    self->watch_lost_.store(true, std::memory_order_release);
-  }
-
-  void reread_loop() {
-    std::unique_lock<std::mutex> lock(stop_mu_);
-    while (!stop_cv_.wait_for(lock, kRereadEvery, [this] { return stop_; })) {
-      lock.unlock();
-      if (watch_lost_.exchange(false, std::memory_order_acq_rel)) {
-        if (watching_) rados_unwatch2(notify_, watch_cookie_);
-        watching_ = false;
-        std::string what;
-        if (int rc = watch_object(&what); rc < 0) {
-          LOG_WARN("%s: %s; trying again in %lld s", describe().c_str(), errno_text(rc).c_str(),
-                   static_cast<long long>(kRereadEvery.count()));
-          watch_lost_.store(true, std::memory_order_release);
-        }
-      }
-      std::string bytes;
-      uint64_t version = 0;
-      if (read_from(reread_, object_, reread_buf_, &bytes, &version) == 0) {
-        // Removed by hand: its watch is gone with it (watch_object() makes both again).
-        if (version == 0) watch_lost_.store(true, std::memory_order_release);
-        deliver(bytes, version);
-      }
-      lock.lock();
-    }
-  }
-
-  // Commands' reads and writes; watches, notifies and acks; the re-reads (which must not hold
-  // up a command while the cluster does not answer).
-  rados_ioctx_t rw_, notify_, reread_;
-  std::string pool_, object_;
-  std::mutex io_mu_;  // rw_
-  std::vector<char> read_buf_, reread_buf_;
-  std::mutex handler_mu_;
-  ChangeHandler handler_;
-  uint64_t watch_cookie_ = 0;
-  bool watching_ = false;
-  std::atomic<bool> watch_lost_{false};
-  std::thread rereader_;
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-};
 
 class RbdDevice final : public Device {
  public:
@@ -317,6 +123,8 @@ class RbdDevice final : public Device {
   }
   uint64_t syncs() const override { return syncs_.load(std::memory_order_relaxed); }
   SharedRecord* shared_record() override { return record_.get(); }
+  // Writes go to librbd only while this holds (null: no record, never the case once open).
+  const RecordLease* write_lease() const { return record_ ? record_->lease() : nullptr; }
 
   // The reservation record (see RbdSharedRecord); "" or why it cannot be had.
   std::string open_record(const std::string& image_id) {
@@ -326,7 +134,8 @@ class RbdDevice final : public Device {
       if (rc < 0) return "cannot open pool '" + spec_.pool + "' again: " + errno_text(rc);
     }
     record_ = std::make_unique<RbdSharedRecord>(record_io_[0], record_io_[1], record_io_[2],
-                                                spec_.pool, "sens_resv." + image_id);
+                                                spec_.pool, "sens_resv." + image_id,
+                                                Nanos(spec_.op_timeout_s) * kSecond);
     int rc = record_->start(&what);
     if (rc < 0) {
       record_->stop(cluster_);
@@ -358,7 +167,9 @@ class RbdDevice final : public Device {
 class RbdQueue final : public Queue {
  public:
   RbdQueue(RbdDevice& device, unsigned depth)
-      : device_(device), slots_(std::clamp(depth, 1u, device.spec().qd)) {
+      : device_(device),
+        lease_(device.write_lease()),
+        slots_(std::clamp(depth, 1u, device.spec().qd)) {
     for (Operation& op : slots_.operations()) op.queue = this;
   }
 
@@ -464,10 +275,25 @@ class RbdQueue final : public Queue {
     issue(op);
   }
 
+  static bool changes_data(Op o) {
+    return o == Op::kWrite || o == Op::kWriteZeroes || o == Op::kDiscard;
+  }
+
   // Hands the operation's next step to librbd. A refusal comes back through the done list
   // (never a callback from inside submit()).
   void issue(Operation* op) {
     Request& r = *op->req;
+    // The fence (rbd_record.h): no write goes to librbd once this gateway's lease on the
+    // shared reservations lapsed, whenever the command was admitted (an R2T write waits for
+    // its data). The clock is read here, not the reactor's pass clock: a process stopped
+    // mid-pass resumes with an old pass clock. (A vDSO read, no system call.)
+    if (op->step == Step::kMain && changes_data(r.op) && lease_ &&
+        !lease_->fresh(monotonic_now())) {
+      op->in_librbd = false;
+      op->result = -ESTALE;  // Namespace Not Ready: the host retries once the lease is back
+      push_done(op);
+      return;
+    }
     rbd_image_t image = device_.image();
     rbd_completion_t c = nullptr;
     int rc = rbd_aio_create_completion(op, &RbdQueue::on_librbd_done, &c);
@@ -535,6 +361,7 @@ class RbdQueue final : public Queue {
   }
 
   RbdDevice& device_;
+  const RecordLease* lease_;
   OperationSlots<Operation> slots_;
   std::atomic<Operation*> done_{nullptr};  // pushed by librbd's threads, taken by reap()
   int event_fd_ = -1;

@@ -1,6 +1,6 @@
 // Reservations on an RBD image, one state for every gateway of the image (a RADOS object
-// beside it): shared, enforced on every gateway once a command has returned, never lost in a
-// race, never trusted when unreadable.
+// beside it): shared, enforced on every gateway once a command has returned (a stopped gateway
+// included: the lease), never lost in a race, never trusted when unreadable.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -133,15 +133,17 @@ TEST(Rbd, ReservationsAreSharedByEveryGateway) {
   EXPECT_EQ(write_status(a2.io), 0);
 }
 
-// A reservation command waits for every gateway to apply it, up to 3 s for one that does not
-// acknowledge (stopped here with SIGSTOP). That wait runs off the reactor: the gateway's other
-// host reads all along, each read answered in far less than the command takes.
+// A reservation command waits for every gateway to apply it; for one that does not
+// acknowledge (stopped here with SIGSTOP), 3 s and then the lease plus op_timeout (5 s here).
+// That wait runs off the reactor: the gateway's other host reads all along, each read
+// answered in far less than the command takes.
 TEST(Rbd, ReservationWaitingForAStoppedGatewayDoesNotStallIo) {
   REQUIRE_CLUSTER();
   ASSERT_EQ(rbd_cli({"create", "--size", "64M", "rbd/resvstall"}).code, 0);
   RunningTarget g1, g2;
-  ASSERT_EQ(g1.start({image_spec("resvstall")}), "");  // one reactor: both hosts share it
-  ASSERT_EQ(g2.start({image_spec("resvstall")}), "");
+  const std::string spec = image_spec("resvstall") + ",op_timeout=5";
+  ASSERT_EQ(g1.start({spec}), "");  // one reactor: both hosts share it
+  ASSERT_EQ(g2.start({spec}), "");
   Session a1, b1;
   ASSERT_EQ(open_as(a1, g1.port, kHostA, kHostANqn), "");
   ASSERT_EQ(open_as(b1, g1.port, kHostB, kHostBNqn), "");
@@ -173,6 +175,8 @@ TEST(Rbd, ReservationWaitingForAStoppedGatewayDoesNotStallIo) {
   EXPECT_EQ(register_status, 0);
   // The command did wait for the stopped gateway (else this test shows nothing) ...
   ASSERT_GE(ms(register_took), 2000) << "the notify did not wait for the stopped gateway";
+  // ... for the stopped gateway's lease (4 s) and its writes in flight (op_timeout 5 s) ...
+  EXPECT_GE(ms(register_took), 9000) << "success before the stopped gateway was fenced";
   // ... and the reads went on meanwhile.
   EXPECT_EQ(failed, 0);
   EXPECT_GE(reads, 10) << "reads during a " << ms(register_took) << " ms Register";
@@ -309,5 +313,100 @@ TEST(Rbd, ConcurrentRegistrationsThroughTwoGatewaysLoseNone) {
   EXPECT_EQ(r2, r);
 }
 
+// The fence. Host A holds Write Exclusive and writes through gateway 1 on four connections;
+// gateway 1 stops (SIGSTOP) and A sends a write on each connection, which waits in gateway 1's
+// socket; host B preempts A through gateway 2. Once the preempt has returned (B then reads A's
+// blocks), gateway 1 runs again: none of A's writes may land any more, and none of them
+// succeeds (Namespace Not Ready while gateway 1 renews its lease, then Reservation Conflict).
+// Before the lease, gateway 1 admitted the waiting writes under the state it had when it
+// stopped, and they landed after the preempt. (Writes are started only once gateway 1 has
+// stopped: one inside librbd's client at the stop would be sent on SIGCONT, a case the lease
+// cannot cover, see the README. B does not write while gateway 1 is stopped either: librbd's
+// exclusive lock would wait for the stopped owner.)
+TEST(Rbd, PreemptFencesAStoppedGateway) {
+  REQUIRE_CLUSTER();
+  ASSERT_EQ(rbd_cli({"create", "--size", "64M", "rbd/resvfence"}).code, 0);
+  RunningTarget g1, g2;
+  // op_timeout bounds the writes a gateway handed to librbd before its lease lapsed; a preempt
+  // that a gateway did not acknowledge waits it out (with the lease): short here.
+  const std::string spec = image_spec("resvfence") + ",op_timeout=5";
+  ASSERT_EQ(g1.start({spec}), "");
+  ASSERT_EQ(g2.start({spec}), "");
+  constexpr int kWriters = 4;
+  std::array<Session, kWriters> a1;
+  for (auto& s : a1) ASSERT_EQ(open_as(s, g1.port, kHostA, kHostANqn), "");
+  Session b2;
+  ASSERT_EQ(open_as(b2, g2.port, kHostB, kHostBNqn), "");
+  ASSERT_TRUE(resv(a1[0].io, kRegister, 0, 0, 0xAAAA).ok());
+  ASSERT_TRUE(resv(a1[0].io, kAcquire, 1u << 8, 0xAAAA).ok());
+  ASSERT_TRUE(resv(b2.io, kRegister, 0, 0, 0xBBBB).ok());
+
+  // Writer w writes blocks [8w, 8w + 8) over and over, each time with its own pattern; it
+  // pauses while `hold` is set.
+  std::atomic<bool> stop{false}, hold{false}, resumed{false};
+  std::atomic<int> paused{0}, ok_before{0}, ok_after{0}, conflicts_after{0}, other_after{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w)
+    writers.emplace_back([&, w] {
+      for (uint32_t seq = 1; !stop; ++seq) {
+        if (hold) {
+          ++paused;
+          while (hold && !stop) usleep(1000);
+          --paused;
+        }
+        Result r = write_blocks(a1[w].io, 8 * w, pattern(4096, (uint32_t(w) << 24) | seq), false);
+        bool after = resumed;  // completed after the preempt returned
+        if (!after) {
+          if (r.ok()) ++ok_before;
+        } else if (r.ok()) {
+          ++ok_after;
+        } else if (r.status() == kConflict) {
+          ++conflicts_after;
+        } else {
+          ++other_after;
+          usleep(10 * 1000);
+        }
+        if (!r.error.empty()) return;  // the connection is gone
+      }
+    });
+  auto resume_g1 = [&] { g1.child.signal(SIGCONT); };
+  usleep(300 * 1000);
+  EXPECT_GT(ok_before.load(), 0);
+  hold = true;
+  while (paused < kWriters) usleep(1000);
+  ASSERT_TRUE(g1.child.signal(SIGSTOP));
+  hold = false;        // each writer sends one write, which waits in gateway 1's socket
+  usleep(300 * 1000);  // (and in the kernel's receive buffer once it is there)
+  auto t0 = Clock::now();
+  Result preempt = resv(b2.io, kAcquire, 1 | (1u << 8), 0xBBBB, 0xAAAA);
+  auto took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  if (!preempt.ok()) resume_g1();
+  ASSERT_TRUE(preempt.ok()) << preempt.error << " status " << preempt.status();
+  std::printf("[ fence    ] the preempt returned after %lld ms with gateway 1 stopped\n",
+              static_cast<long long>(took_ms));
+  std::array<std::vector<uint8_t>, kWriters> at_preempt;
+  for (int w = 0; w < kWriters; ++w) {
+    Result r;
+    at_preempt[w] = read_blocks(b2.io, 8 * w, 8, &r);
+    if (!r.ok()) resume_g1();
+    ASSERT_TRUE(r.ok()) << r.error << " status " << r.status();
+  }
+  resumed = true;
+  ASSERT_TRUE(g1.child.signal(SIGCONT));
+  usleep(4000 * 1000);  // gateway 1 runs: A's waiting writes arrive, and A goes on writing
+  stop = true;
+  for (auto& t : writers) t.join();
+  for (int w = 0; w < kWriters; ++w) {
+    SCOPED_TRACE("writer " + std::to_string(w));
+    Result r;
+    std::vector<uint8_t> now = read_blocks(b2.io, 8 * w, 8, &r);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(first_difference(now, at_preempt[w]), -1)
+        << "a write of host A landed after the preempt returned";
+  }
+  EXPECT_EQ(ok_after.load(), 0) << "writes of host A succeeded after the preempt returned";
+  EXPECT_GT(conflicts_after.load(), 0) << other_after.load() << " other failures";
+  EXPECT_EQ(write_status(b2.io), 0);  // the new holder
+}
 }  // namespace
 }  // namespace sens::testing
