@@ -9,6 +9,7 @@
 #include "storage/backends.h"
 #include "storage/operation_slots.h"
 #include "storage/rbd_record.h"
+#include "storage/retry_backoff.h"
 
 #if SENS_HAVE_RBD
 
@@ -16,7 +17,9 @@
 #include <poll.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -173,9 +176,22 @@ class RbdQueue final : public Queue {
     for (Operation& op : slots_.operations()) op.queue = this;
   }
 
+  // The reactor waits on poll_fd_, an epoll set of the completions' eventfd and the retry
+  // timer's timerfd: readable when either is.
   int init() {
     event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    return event_fd_ < 0 ? -errno : 0;
+    if (event_fd_ < 0) return -errno;
+    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (timer_fd_ < 0) return -errno;
+    poll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (poll_fd_ < 0) return -errno;
+    for (int fd : {event_fd_, timer_fd_}) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(poll_fd_, EPOLL_CTL_ADD, fd, &ev) < 0) return -errno;
+    }
+    return 0;
   }
 
   ~RbdQueue() override {
@@ -192,7 +208,9 @@ class RbdQueue final : public Queue {
         op = next;
       }
     }
-    if (event_fd_ >= 0) ::close(event_fd_);
+    // (operations waiting for a retry are not in librbd: nothing owes them a callback)
+    for (int fd : {poll_fd_, timer_fd_, event_fd_})
+      if (fd >= 0) ::close(fd);
   }
 
   void submit(Request* req) override {
@@ -224,10 +242,11 @@ class RbdQueue final : public Queue {
       ordered = op->next;
       finished += handle_completion(op);
     }
+    if (retrying_) retry_due();
     return finished;
   }
 
-  int event_fd() const override { return event_fd_; }
+  int event_fd() const override { return poll_fd_; }
   bool ready() const override { return done_.load(std::memory_order_relaxed) != nullptr; }
   unsigned inflight() const override { return slots_.requests(); }
   uint64_t waited() const override { return slots_.waited(); }
@@ -244,6 +263,9 @@ class RbdQueue final : public Queue {
     Step step = Step::kMain;
     bool in_librbd = false;     // handed to librbd (its callback owes us this operation)
     Operation* next = nullptr;  // free list, or the done list
+    RetryBackoff backoff;       // librbd's refusals of this step so far
+    Nanos retry_at = 0;         // while on the retry list
+    Operation* retry_next = nullptr;
   };
 
   // librbd's callback thread: the operation goes back to its queue's list.
@@ -272,6 +294,7 @@ class RbdQueue final : public Queue {
   void start(Operation* op, Request* req) {
     op->req = req;
     op->step = Step::kMain;
+    op->backoff.reset();
     issue(op);
   }
 
@@ -339,10 +362,17 @@ class RbdQueue final : public Queue {
     if (op->in_librbd) --issued_;
     Request& r = *op->req;
     ssize_t res = op->result;
-    if (res == -EAGAIN || res == -EBUSY) {  // librbd had no room for it now: again
-      ++retried_;
-      issue(op);
-      return 0;
+    if (res == -EAGAIN || res == -EBUSY) {  // librbd had no room for it now: again, later
+      Nanos wait = 0;
+      if (op->backoff.next(&wait)) {
+        ++retried_;
+        retry_later(op, wait);
+        return 0;
+      }
+      LOG_WARN("rbd %s/%s: librbd refused an operation for %.1f s (%s): failing it",
+               device_.spec().pool.c_str(), device_.spec().image.c_str(),
+               double(RetryBackoff::kGiveUpAfter) / kSecond, errno_text(int(res)).c_str());
+      return finish(op, int(res));
     }
     if (res < 0) return finish(op, int(res));
     if (r.op == Op::kRead && op->step == Step::kMain && uint64_t(res) != r.length)
@@ -355,6 +385,52 @@ class RbdQueue final : public Queue {
     return finish(op, 0);
   }
 
+  // On the retry list (unordered: a handful at most), the timer set for the earliest.
+  void retry_later(Operation* op, Nanos wait) {
+    op->retry_at = monotonic_now() + wait;
+    op->retry_next = retrying_;
+    retrying_ = op;
+    arm_retry_timer();
+  }
+
+  void arm_retry_timer() {
+    Nanos earliest = 0;
+    for (Operation* op = retrying_; op != nullptr; op = op->retry_next)
+      if (earliest == 0 || op->retry_at < earliest) earliest = op->retry_at;
+    itimerspec spec{};
+    if (earliest) {  // absolute CLOCK_MONOTONIC; 0 would disarm it
+      spec.it_value.tv_sec = time_t(earliest / kSecond);
+      spec.it_value.tv_nsec = long(earliest % kSecond);
+      if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+    }
+    timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+  }
+
+  // From reap(): hands librbd again what is due, and sets the timer for the rest.
+  void retry_due() {
+    uint64_t expirations;
+    (void)!::read(timer_fd_, &expirations, sizeof expirations);  // clears its readiness
+    Nanos now = monotonic_now();
+    Operation* due = nullptr;
+    for (Operation** at = &retrying_; *at != nullptr;) {
+      Operation* op = *at;
+      if (op->retry_at <= now) {
+        *at = op->retry_next;
+        op->retry_next = due;
+        due = op;
+      } else {
+        at = &op->retry_next;
+      }
+    }
+    arm_retry_timer();
+    while (due != nullptr) {
+      Operation* op = due;
+      due = op->retry_next;
+      op->retry_next = nullptr;
+      issue(op);
+    }
+  }
+
   // Completes the request; its operation goes to the first waiting request, if any.
   int finish(Operation* op, int result) {
     return slots_.finish(op, result, [this](Operation* o, Request* next) { start(o, next); });
@@ -365,6 +441,9 @@ class RbdQueue final : public Queue {
   OperationSlots<Operation> slots_;
   std::atomic<Operation*> done_{nullptr};  // pushed by librbd's threads, taken by reap()
   int event_fd_ = -1;
+  int timer_fd_ = -1;  // the retry timer
+  int poll_fd_ = -1;   // both, for the reactor
+  Operation* retrying_ = nullptr;
   unsigned issued_ = 0;  // operations librbd owes a callback for
   uint64_t retried_ = 0;
   uint64_t cache_flushes_ = 0;
