@@ -9,6 +9,8 @@
 
 namespace sens::storage {
 
+class RecordLease;  // record_lease.h
+
 enum class Op : uint8_t { kRead, kWrite, kFlush, kWriteZeroes, kDiscard };
 
 // Reads and writes move at most this many bytes (through the caller's buffer); zeroing and
@@ -70,14 +72,23 @@ class SharedRecord {
   virtual int read(std::string* bytes, uint64_t* version) = 0;
   // Compare-and-swap: replaces the record if it is still at `version` (what read() gave),
   // then hands the new value to every watcher (this gateway's and the others'), waiting for
-  // their acknowledgement. Returns 0 (*new_version set), -ECANCELED when another gateway
-  // wrote first (read again and retry), or another -errno.
+  // their acknowledgement, or, where one does not acknowledge, until no gateway acts on an
+  // older value any more (see lease()). Returns 0 (*new_version set), -ECANCELED when
+  // another gateway wrote first (read again and retry), or another -errno.
   virtual int write(const std::string& bytes, uint64_t version, uint64_t* new_version) = 0;
   // `on_change(bytes, version)` runs on a backend thread whenever the record may have changed
   // (a write from any gateway, or a periodic re-read); the same version may come more than
-  // once. An empty function stops the calls, waiting for one that is running.
-  using ChangeHandler = std::function<void(const std::string& bytes, uint64_t version)>;
+  // once. It returns whether this gateway's copy now holds `version` or a newer one (false:
+  // the value could not be used). An empty function stops the calls, waiting for one that is
+  // running; a non-empty one is called once before watch() returns (the first lease).
+  using ChangeHandler = std::function<bool(const std::string& bytes, uint64_t version)>;
   virtual void watch(ChangeHandler on_change) = 0;
+  // How long this gateway may act on its copy (record_lease.h): I/O that the record governs
+  // is admitted only while lease()->fresh(). Null: the backend needs none.
+  virtual const RecordLease* lease() const { return nullptr; }
+  // The lease lapsed and I/O waits for it: re-read the record now rather than at the next
+  // period. Cheap to call often (any thread).
+  virtual void refresh_soon() {}
   // Where the record lives, for log lines ("rados object rbd/sens_resv.<image id>").
   virtual std::string describe() const = 0;
 };

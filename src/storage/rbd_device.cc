@@ -4,14 +4,12 @@
 // on which librbd's callback thread hands finished operations back. The list's first entry
 // signals the queue's eventfd, so the reactor that submitted an I/O runs its completion.
 //
-// The image's shared record (NVMe reservations, one state for every gateway) is a RADOS object
-// beside the image, `sens_resv.<image id>` in its pool: written by compare-and-swap on the
-// object's version (no lock, so a gateway that dies mid-update wedges nobody), watched by every
-// gateway, and each write is followed by a notify that carries the new value and returns once
-// every watcher has applied it (or a short timeout passed); a re-read every 2 s catches what a
-// lost watch missed.
+// The image's shared record (NVMe reservations, one state for every gateway) and this gateway's
+// lease on it are in rbd_record.h. Writes are handed to librbd only while the lease holds.
 #include "storage/backends.h"
 #include "storage/operation_slots.h"
+#include "storage/rbd_record.h"
+#include "storage/retry_backoff.h"
 
 #if SENS_HAVE_RBD
 
@@ -19,7 +17,9 @@
 #include <poll.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,7 +46,7 @@ namespace {
 constexpr uint32_t kRbdBlockSize = 512;  // as the kernel's rbd driver: any 512-byte multiple
 
 std::string errno_text(int negative_errno) {
-  return std::strerror(-negative_errno);
+  return rbd_errno_text(negative_errno);
 }
 
 // SHA-256 of `seed`, first 16 bytes: an identity any gateway computes the same way.
@@ -56,197 +56,6 @@ void digest16(const std::string& seed, uint8_t out[16]) {
   EVP_Digest(seed.data(), seed.size(), md, &len, EVP_sha256(), nullptr);
   std::memcpy(out, md, 16);
 }
-
-// The shared record of one image (see the top of this file). Three ioctxs, since
-// rados_get_last_version is per ioctx: the commands' reads and writes (under a mutex: several
-// reactors), the re-reads (so that one stuck on a dead cluster holds no command up), and the
-// watch with its acknowledgements (which must never wait behind a write that waits for them).
-class RbdSharedRecord final : public SharedRecord {
- public:
-  // Every gateway acknowledges a write within this (or is left to its periodic re-read): a
-  // gateway killed moments ago stays a watcher until the OSD times its watch out.
-  static constexpr unsigned kNotifyTimeoutMs = 3000;
-  static constexpr unsigned kWatchTimeoutS = 10;
-  static constexpr auto kRereadEvery = std::chrono::seconds(2);
-  // Larger than any valid record (the parser refuses what is longer than its registrants).
-  static constexpr size_t kMaxBytes = 64 * 1024;
-
-  RbdSharedRecord(rados_ioctx_t rw, rados_ioctx_t notify, rados_ioctx_t reread, std::string pool,
-                  std::string object)
-      : rw_(rw),
-        notify_(notify),
-        reread_(reread),
-        pool_(std::move(pool)),
-        object_(std::move(object)) {}
-
-  // Creates the object if no gateway has yet, watches it and starts the re-reads. Returns 0
-  // or -errno (*what: the step that failed).
-  int start(std::string* what) {
-    int rc = watch_object(what);
-    if (rc < 0) return rc;
-    rereader_ = std::thread([this] { reread_loop(); });
-    return 0;
-  }
-
-  // Before the ioctxs and the cluster handle go (RbdDevice's destructor).
-  void stop(rados_t cluster) {
-    {
-      std::lock_guard<std::mutex> lock(stop_mu_);
-      stop_ = true;
-    }
-    stop_cv_.notify_all();
-    if (rereader_.joinable()) rereader_.join();
-    if (watching_) rados_unwatch2(notify_, watch_cookie_);
-    watching_ = false;
-    rados_watch_flush(cluster);  // no callback runs after this
-  }
-
-  int read(std::string* bytes, uint64_t* version) override {
-    std::lock_guard<std::mutex> lock(io_mu_);
-    return read_from(rw_, object_, read_buf_, bytes, version);
-  }
-
-  int write(const std::string& bytes, uint64_t version, uint64_t* new_version) override {
-    {
-      std::lock_guard<std::mutex> lock(io_mu_);
-      rados_write_op_t op = rados_create_write_op();
-      if (version == 0)
-        rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
-      else
-        rados_write_op_assert_version(op, version);
-      rados_write_op_write_full(op, bytes.data(), bytes.size());
-      int rc = rados_write_op_operate(op, rw_, object_.c_str(), nullptr, 0);
-      rados_release_write_op(op);
-      // The object moved on (or appeared) since it was read: another gateway won the race.
-      if (rc == -ERANGE || rc == -EOVERFLOW || rc == -EEXIST) return -ECANCELED;
-      if (rc < 0) return rc;
-      *new_version = rados_get_last_version(rw_);
-    }
-    // The new value, behind its version, to every watcher; they acknowledge once applied.
-    std::string payload(8, '\0');
-    std::memcpy(payload.data(), new_version, 8);
-    payload += bytes;
-    char* reply = nullptr;
-    size_t reply_len = 0;
-    int rc = rados_notify2(notify_, object_.c_str(), payload.data(), int(payload.size()),
-                           kNotifyTimeoutMs, &reply, &reply_len);
-    if (reply) rados_buffer_free(reply);
-    if (rc < 0)
-      LOG_WARN(
-          "%s: written (version %llu), but not every gateway acknowledged it within %u ms "
-          "(%s); a gateway that missed it reads it within %lld s",
-          describe().c_str(), static_cast<unsigned long long>(*new_version), kNotifyTimeoutMs,
-          errno_text(rc).c_str(), static_cast<long long>(kRereadEvery.count()));
-    return 0;
-  }
-
-  void watch(ChangeHandler on_change) override {
-    std::lock_guard<std::mutex> lock(handler_mu_);
-    handler_ = std::move(on_change);
-  }
-
-  std::string describe() const override { return "rados object " + pool_ + "/" + object_; }
-
- private:
-  static int read_from(rados_ioctx_t io, const std::string& object, std::vector<char>& buf,
-                       std::string* bytes, uint64_t* version) {
-    buf.resize(kMaxBytes + 1);
-    int rc = rados_read(io, object.c_str(), buf.data(), buf.size(), 0);
-    if (rc == -ENOENT) {  // removed by hand: empty, as never written
-      bytes->clear();
-      *version = 0;
-      return 0;
-    }
-    if (rc < 0) return rc;
-    bytes->assign(buf.data(), size_t(rc));
-    *version = rados_get_last_version(io);
-    return 0;
-  }
-
-  // Creates the object if it is not there (a watch needs one) and watches it.
-  int watch_object(std::string* what) {
-    rados_write_op_t op = rados_create_write_op();
-    rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, nullptr);
-    int rc = rados_write_op_operate(op, notify_, object_.c_str(), nullptr, 0);
-    rados_release_write_op(op);
-    if (rc < 0) {
-      *what = "cannot create the reservation record " + describe();
-      return rc;
-    }
-    rc = rados_watch3(notify_, object_.c_str(), &watch_cookie_, &RbdSharedRecord::on_notify,
-                      &RbdSharedRecord::on_watch_error, kWatchTimeoutS, this);
-    if (rc < 0) {
-      *what = "cannot watch the reservation record " + describe();
-      return rc;
-    }
-    watching_ = true;
-    return 0;
-  }
-
-  void deliver(const std::string& bytes, uint64_t version) {
-    std::lock_guard<std::mutex> lock(handler_mu_);  // watch() waits for a running call
-    if (handler_) handler_(bytes, version);
-  }
-
-  static void on_notify(void* arg, uint64_t notify_id, uint64_t cookie, uint64_t, void* data,
-                        size_t len) {
-    auto* self = static_cast<RbdSharedRecord*>(arg);
-    if (len >= 8) {
-      uint64_t version;
-      std::memcpy(&version, data, 8);
-      self->deliver(std::string(static_cast<const char*>(data) + 8, len - 8), version);
-    }
-    rados_notify_ack(self->notify_, self->object_.c_str(), notify_id, cookie, nullptr, 0);
-  }
-
-  static void on_watch_error(void* arg, uint64_t, int err) {
-    auto* self = static_cast<RbdSharedRecord*>(arg);
-    LOG_WARN("%s: the watch failed (%s); watching again", self->describe().c_str(),
-             errno_text(err).c_str());
-    self->watch_lost_.store(true, std::memory_order_release);
-  }
-
-  void reread_loop() {
-    std::unique_lock<std::mutex> lock(stop_mu_);
-    while (!stop_cv_.wait_for(lock, kRereadEvery, [this] { return stop_; })) {
-      lock.unlock();
-      if (watch_lost_.exchange(false, std::memory_order_acq_rel)) {
-        if (watching_) rados_unwatch2(notify_, watch_cookie_);
-        watching_ = false;
-        std::string what;
-        if (int rc = watch_object(&what); rc < 0) {
-          LOG_WARN("%s: %s; trying again in %lld s", describe().c_str(), errno_text(rc).c_str(),
-                   static_cast<long long>(kRereadEvery.count()));
-          watch_lost_.store(true, std::memory_order_release);
-        }
-      }
-      std::string bytes;
-      uint64_t version = 0;
-      if (read_from(reread_, object_, reread_buf_, &bytes, &version) == 0) {
-        // Removed by hand: its watch is gone with it (watch_object() makes both again).
-        if (version == 0) watch_lost_.store(true, std::memory_order_release);
-        deliver(bytes, version);
-      }
-      lock.lock();
-    }
-  }
-
-  // Commands' reads and writes; watches, notifies and acks; the re-reads (which must not hold
-  // up a command while the cluster does not answer).
-  rados_ioctx_t rw_, notify_, reread_;
-  std::string pool_, object_;
-  std::mutex io_mu_;  // rw_
-  std::vector<char> read_buf_, reread_buf_;
-  std::mutex handler_mu_;
-  ChangeHandler handler_;
-  uint64_t watch_cookie_ = 0;
-  bool watching_ = false;
-  std::atomic<bool> watch_lost_{false};
-  std::thread rereader_;
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-};
 
 class RbdDevice final : public Device {
  public:
@@ -317,6 +126,8 @@ class RbdDevice final : public Device {
   }
   uint64_t syncs() const override { return syncs_.load(std::memory_order_relaxed); }
   SharedRecord* shared_record() override { return record_.get(); }
+  // Writes go to librbd only while this holds (null: no record, never the case once open).
+  const RecordLease* write_lease() const { return record_ ? record_->lease() : nullptr; }
 
   // The reservation record (see RbdSharedRecord); "" or why it cannot be had.
   std::string open_record(const std::string& image_id) {
@@ -326,7 +137,8 @@ class RbdDevice final : public Device {
       if (rc < 0) return "cannot open pool '" + spec_.pool + "' again: " + errno_text(rc);
     }
     record_ = std::make_unique<RbdSharedRecord>(record_io_[0], record_io_[1], record_io_[2],
-                                                spec_.pool, "sens_resv." + image_id);
+                                                spec_.pool, "sens_resv." + image_id,
+                                                Nanos(spec_.op_timeout_s) * kSecond);
     int rc = record_->start(&what);
     if (rc < 0) {
       record_->stop(cluster_);
@@ -358,13 +170,28 @@ class RbdDevice final : public Device {
 class RbdQueue final : public Queue {
  public:
   RbdQueue(RbdDevice& device, unsigned depth)
-      : device_(device), slots_(std::clamp(depth, 1u, device.spec().qd)) {
+      : device_(device),
+        lease_(device.write_lease()),
+        slots_(std::clamp(depth, 1u, device.spec().qd)) {
     for (Operation& op : slots_.operations()) op.queue = this;
   }
 
+  // The reactor waits on poll_fd_, an epoll set of the completions' eventfd and the retry
+  // timer's timerfd: readable when either is.
   int init() {
     event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    return event_fd_ < 0 ? -errno : 0;
+    if (event_fd_ < 0) return -errno;
+    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (timer_fd_ < 0) return -errno;
+    poll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (poll_fd_ < 0) return -errno;
+    for (int fd : {event_fd_, timer_fd_}) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(poll_fd_, EPOLL_CTL_ADD, fd, &ev) < 0) return -errno;
+    }
+    return 0;
   }
 
   ~RbdQueue() override {
@@ -381,7 +208,9 @@ class RbdQueue final : public Queue {
         op = next;
       }
     }
-    if (event_fd_ >= 0) ::close(event_fd_);
+    // (operations waiting for a retry are not in librbd: nothing owes them a callback)
+    for (int fd : {poll_fd_, timer_fd_, event_fd_})
+      if (fd >= 0) ::close(fd);
   }
 
   void submit(Request* req) override {
@@ -413,10 +242,11 @@ class RbdQueue final : public Queue {
       ordered = op->next;
       finished += handle_completion(op);
     }
+    if (retrying_) retry_due();
     return finished;
   }
 
-  int event_fd() const override { return event_fd_; }
+  int event_fd() const override { return poll_fd_; }
   bool ready() const override { return done_.load(std::memory_order_relaxed) != nullptr; }
   unsigned inflight() const override { return slots_.requests(); }
   uint64_t waited() const override { return slots_.waited(); }
@@ -433,6 +263,9 @@ class RbdQueue final : public Queue {
     Step step = Step::kMain;
     bool in_librbd = false;     // handed to librbd (its callback owes us this operation)
     Operation* next = nullptr;  // free list, or the done list
+    RetryBackoff backoff;       // librbd's refusals of this step so far
+    Nanos retry_at = 0;         // while on the retry list
+    Operation* retry_next = nullptr;
   };
 
   // librbd's callback thread: the operation goes back to its queue's list.
@@ -461,13 +294,29 @@ class RbdQueue final : public Queue {
   void start(Operation* op, Request* req) {
     op->req = req;
     op->step = Step::kMain;
+    op->backoff.reset();
     issue(op);
+  }
+
+  static bool changes_data(Op o) {
+    return o == Op::kWrite || o == Op::kWriteZeroes || o == Op::kDiscard;
   }
 
   // Hands the operation's next step to librbd. A refusal comes back through the done list
   // (never a callback from inside submit()).
   void issue(Operation* op) {
     Request& r = *op->req;
+    // The fence (rbd_record.h): no write goes to librbd once this gateway's lease on the
+    // shared reservations lapsed, whenever the command was admitted (an R2T write waits for
+    // its data). The clock is read here, not the reactor's pass clock: a process stopped
+    // mid-pass resumes with an old pass clock. (A vDSO read, no system call.)
+    if (op->step == Step::kMain && changes_data(r.op) && lease_ &&
+        !lease_->fresh(monotonic_now())) {
+      op->in_librbd = false;
+      op->result = -ESTALE;  // Namespace Not Ready: the host retries once the lease is back
+      push_done(op);
+      return;
+    }
     rbd_image_t image = device_.image();
     rbd_completion_t c = nullptr;
     int rc = rbd_aio_create_completion(op, &RbdQueue::on_librbd_done, &c);
@@ -513,10 +362,17 @@ class RbdQueue final : public Queue {
     if (op->in_librbd) --issued_;
     Request& r = *op->req;
     ssize_t res = op->result;
-    if (res == -EAGAIN || res == -EBUSY) {  // librbd had no room for it now: again
-      ++retried_;
-      issue(op);
-      return 0;
+    if (res == -EAGAIN || res == -EBUSY) {  // librbd had no room for it now: again, later
+      Nanos wait = 0;
+      if (op->backoff.next(&wait)) {
+        ++retried_;
+        retry_later(op, wait);
+        return 0;
+      }
+      LOG_WARN("rbd %s/%s: librbd refused an operation for %.1f s (%s): failing it",
+               device_.spec().pool.c_str(), device_.spec().image.c_str(),
+               double(RetryBackoff::kGiveUpAfter) / kSecond, errno_text(int(res)).c_str());
+      return finish(op, int(res));
     }
     if (res < 0) return finish(op, int(res));
     if (r.op == Op::kRead && op->step == Step::kMain && uint64_t(res) != r.length)
@@ -529,15 +385,65 @@ class RbdQueue final : public Queue {
     return finish(op, 0);
   }
 
+  // On the retry list (unordered: a handful at most), the timer set for the earliest.
+  void retry_later(Operation* op, Nanos wait) {
+    op->retry_at = monotonic_now() + wait;
+    op->retry_next = retrying_;
+    retrying_ = op;
+    arm_retry_timer();
+  }
+
+  void arm_retry_timer() {
+    Nanos earliest = 0;
+    for (Operation* op = retrying_; op != nullptr; op = op->retry_next)
+      if (earliest == 0 || op->retry_at < earliest) earliest = op->retry_at;
+    itimerspec spec{};
+    if (earliest) {  // absolute CLOCK_MONOTONIC; 0 would disarm it
+      spec.it_value.tv_sec = time_t(earliest / kSecond);
+      spec.it_value.tv_nsec = long(earliest % kSecond);
+      if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+    }
+    timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+  }
+
+  // From reap(): hands librbd again what is due, and sets the timer for the rest.
+  void retry_due() {
+    uint64_t expirations;
+    (void)!::read(timer_fd_, &expirations, sizeof expirations);  // clears its readiness
+    Nanos now = monotonic_now();
+    Operation* due = nullptr;
+    for (Operation** at = &retrying_; *at != nullptr;) {
+      Operation* op = *at;
+      if (op->retry_at <= now) {
+        *at = op->retry_next;
+        op->retry_next = due;
+        due = op;
+      } else {
+        at = &op->retry_next;
+      }
+    }
+    arm_retry_timer();
+    while (due != nullptr) {
+      Operation* op = due;
+      due = op->retry_next;
+      op->retry_next = nullptr;
+      issue(op);
+    }
+  }
+
   // Completes the request; its operation goes to the first waiting request, if any.
   int finish(Operation* op, int result) {
     return slots_.finish(op, result, [this](Operation* o, Request* next) { start(o, next); });
   }
 
   RbdDevice& device_;
+  const RecordLease* lease_;
   OperationSlots<Operation> slots_;
   std::atomic<Operation*> done_{nullptr};  // pushed by librbd's threads, taken by reap()
   int event_fd_ = -1;
+  int timer_fd_ = -1;  // the retry timer
+  int poll_fd_ = -1;   // both, for the reactor
+  Operation* retrying_ = nullptr;
   unsigned issued_ = 0;  // operations librbd owes a callback for
   uint64_t retried_ = 0;
   uint64_t cache_flushes_ = 0;

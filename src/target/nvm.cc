@@ -95,8 +95,10 @@ void flush_step(CommandQueue& q, Request& r) {
 // retried; media errors may not.
 uint16_t device_status(const Request& r, bool* transient) {
   int err = -r.io.result;
-  // ETIMEDOUT: a network backend (RBD) gave up on an unreachable cluster for now.
-  *transient = err == EAGAIN || err == EBUSY || err == ENOMEM || err == EINTR || err == ETIMEDOUT;
+  // ETIMEDOUT: a network backend (RBD) gave up on an unreachable cluster for now; ESTALE: it
+  // would not hand a write on while its lease on the shared reservations had lapsed.
+  *transient = err == EAGAIN || err == EBUSY || err == ENOMEM || err == EINTR || err == ETIMEDOUT ||
+               err == ESTALE;
   if (*transient) return st::kNsNotReady;
   switch (r.io.op) {
     case storage::Op::kRead:
@@ -219,6 +221,13 @@ Plan plan(CommandQueue& q, Request& r) {
       state != ana::kOptimized && state != ana::kNonOptimized && op != resv::kReport)
     return fail(ana_status(state));
   if (reservation_op) return plan_reservation(r);
+  // A state shared with other gateways is acted on only while this gateway's lease on its
+  // copy holds (storage/record_lease.h): a gateway that stopped hearing from the cluster
+  // (stopped, partitioned) might otherwise admit a host another gateway has preempted.
+  if (!ns->reservations.lease_fresh(q.ctx().reactor.pass_start())) {
+    ns->reservations.refresh_lease();
+    return fail(st::kNsNotReady);
+  }
   // Reservations: Read is a read; everything else here (Flush too) a write.
   if (uint8_t allowed = q.reservation_access(*ns);
       !(allowed & (op == nvme::io_op::kRead ? resv::kMayRead : resv::kMayWrite)))

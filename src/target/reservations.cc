@@ -226,6 +226,7 @@ void Reservations::share(storage::SharedRecord* record, std::string label) {
   record_ = record;
   label_ = std::move(label);
   if (!record_) return;
+  lease_ = record_->lease();
   std::string bytes;
   uint64_t version = 0;
   if (int rc = record_->read(&bytes, &version); rc < 0)
@@ -233,7 +234,13 @@ void Reservations::share(storage::SharedRecord* record, std::string label) {
              label_.c_str(), record_->describe().c_str(), std::strerror(-rc));
   else
     install(bytes, version);
-  record_->watch([this](const std::string& b, uint64_t v) { install(b, v); });
+  // An unreadable value counts as held too: no sens gateway writes one, nor changes the record
+  // while it is unreadable, so the last good copy stays what every gateway enforces (and the
+  // lease on it runs on).
+  record_->watch([this](const std::string& b, uint64_t v) {
+    install(b, v);
+    return true;
+  });
 }
 
 void Reservations::changed() {

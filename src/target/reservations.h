@@ -14,7 +14,9 @@
 // shared record they run on worker() (each step bounded by the backend's timeouts), so the
 // reactor keeps serving while the cluster answers. The I/O path asks held() (one atomic load)
 // and, only while a reservation is held, access() through a per-queue cache keyed by
-// version() (see CommandQueue::reservation_access).
+// version() (see CommandQueue::reservation_access). Before that, on a shared state, it asks
+// lease_fresh(): this gateway acts on its copy only while its lease on the record holds
+// (storage/record_lease.h), else the command gets Namespace Not Ready and a re-read is asked.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -22,8 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/worker_thread.h"
 #include "storage/device.h"
+#include "storage/record_lease.h"
 
 namespace sens::target {
 
@@ -71,9 +75,18 @@ class Reservations {
   void share(storage::SharedRecord* record, std::string label);
   bool shared() const { return record_ != nullptr; }
   // Where the commands of a shared state run: each is a cluster round trip and a notify that
-  // waits for every gateway (up to 3 s for one that does not answer), which must not stall a
-  // reactor. Commands on one namespace run in order, one at a time.
+  // waits for every gateway (for one that does not answer, until its lease and its writes in
+  // flight have run out: seconds), which must not stall a reactor. Commands on one namespace
+  // run in order, one at a time.
   WorkerThread& worker() { return worker_; }
+
+  // Whether this gateway may act on its copy at `now` (the reactor's pass clock): always for
+  // a state of this process; for a shared one, while the lease holds (a load and a compare).
+  bool lease_fresh(Nanos now) const { return lease_ == nullptr || lease_->fresh(now); }
+  // The lease lapsed: re-read the shared record soon.
+  void refresh_lease() const {
+    if (record_) record_->refresh_soon();
+  }
 
   bool held() const { return held_.load(std::memory_order_acquire); }
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
@@ -106,6 +119,7 @@ class Reservations {
   std::atomic<bool> held_{false};
   std::atomic<uint64_t> version_{1};
   storage::SharedRecord* record_ = nullptr;
+  const storage::RecordLease* lease_ = nullptr;  // record_'s, if it keeps one
   std::string label_;
   uint64_t record_version_ = 0;      // of state_, under mu_
   uint64_t bad_record_version_ = 0;  // the last unreadable version logged, under mu_
