@@ -14,31 +14,20 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import random
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import zlib
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-NQN = "nqn.2026-11.io.sens-target:ram0"
+from common import NQN, Target, add_common_arguments, perf_command, perf_summary, recv_exact
+
 PERF_HOST = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000a1"
 STORM_HOST = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000a2"
 FFDHE8192 = 5
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def make_secret(seed):
@@ -67,16 +56,6 @@ def ffdhe_prime(group_name):
     assert der[i] == 0x02
     n, i = length(i + 1)
     return int.from_bytes(der[i:i + n], "big")
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 class RawHost:
@@ -222,10 +201,8 @@ def storm(a, port, key, p, deadline, result):
 
 
 def perf(a, port, secret):
-    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{PERF_HOST}"
-    cmd = [a.sens, "perf", "-r", trid, "--dhchap-secret", secret, "--rw", "randrw", "--bs", "4k",
-           "--qd", "4", "--size", "64M", "--verify", "--time", str(a.time), "--warmup", "0.3",
-           "-q", "--json", "-"]
+    cmd = perf_command(a, port, PERF_HOST, ["--dhchap-secret", secret, "--rw", "randrw", "--bs",
+                                            "4k", "--qd", "4", "--size", "64M", "--verify"])
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -233,46 +210,30 @@ def summary(proc):
     out, err = proc.communicate(timeout=300)
     if proc.returncode != 0:
         sys.exit(f"sens perf failed: {err}")
-    j = json.loads(out[out.index("{"):])
-    return {"iops": j["iops"], "p99_us": j["clat_ns"]["percentile"]["99.000000"] / 1e3,
-            "errors": j["errors"]}
+    return perf_summary(out)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
-    ap.add_argument("--time", type=float, default=10, help="seconds of each verified run")
+    add_common_arguments(ap, time=10, time_help="seconds of each verified run")
     ap.add_argument("--hosts", type=int, default=200)
     ap.add_argument("--negotiations", type=int, default=0,
                     help="the target's --dhchap-negotiations (0: its default)")
-    ap.add_argument("--json", default=None)
     a = ap.parse_args()
     key, secret = make_secret(7)
     p = ffdhe_prime("ffdhe8192")
-    work = tempfile.mkdtemp(prefix="sens-auth-storm-")
-    sock = os.path.join(work, "rpc.sock")
-    port = free_port()
-    target = subprocess.Popen(
-        [a.sens, "target", "--listen", f"127.0.0.1:{port}", "--discovery-port", "0", "--ns",
-         "ram:256M", "--rpc", sock, "-q", "--host-key", f"{PERF_HOST}={secret}", "--host-key",
-         f"{STORM_HOST}={secret}", "--max-connections", "1024"] +
-        (["--dhchap-negotiations", str(a.negotiations)] if a.negotiations else []),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    rpc = [a.sens, "rpc", "--socket", sock]
-    try:
-        subprocess.run(rpc + ["--wait", "10", "framework_wait_init"], check=True,
-                       capture_output=True)
+    args = ["--ns", "ram:256M", "--host-key", f"{PERF_HOST}={secret}", "--host-key",
+            f"{STORM_HOST}={secret}", "--max-connections", "1024"]
+    args += ["--dhchap-negotiations", str(a.negotiations)] if a.negotiations else []
+    with Target(a.sens, args, rpc=True, prefix="sens-auth-storm-") as target:
+        port = target.port
         quiet = summary(perf(a, port, secret))
         result = {"authenticated": 0, "refusals": 0, "tries": 0, "errors": []}
         run = perf(a, port, secret)
         time.sleep(1.0)  # the storm starts once the run is under way
         storm(a, port, key, p, time.monotonic() + a.time - 1.5, result)
         stormy = summary(run)
-        stats = json.loads(subprocess.run(rpc + ["stats_get"], check=True, capture_output=True,
-                                          text=True).stdout)
-    finally:
-        target.terminate()
-        target.wait(timeout=30)
+        stats = json.loads(target.rpc("stats_get"))
     n = stats["auth"].get("negotiations", {"limit": "none (DH on the reactor)"})
     print(f"verified sens perf: 4 KiB randrw QD 4, {a.time} s; storm: {a.hosts} hosts "
           f"negotiating ffdhe8192 (SHA-256) at once, target limit {n['limit']} at a time\n")

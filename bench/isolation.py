@@ -21,20 +21,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-NQN = "nqn.2026-11.io.sens-target:ram0"
+from common import NQN, Target, add_common_arguments, perf_command, perf_summary, recv_exact
+
 STALLED = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000002a"
 QUIET = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000002b"
 SGL_OFFSET, SGL_TRANSPORT = 0x01, 0x5A
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 # ---------------------------------------------------------------- a raw host (no reads back)
@@ -53,16 +44,6 @@ def sqe(opcode, cid, nsid=0, sgl_type=SGL_TRANSPORT, sgl_len=0, cdw=()):
 def capsule(sqe_bytes, data=b""):
     plen = 72 + len(data)
     return struct.pack("<BBBBI", 0x04, 0, 72, 72 if data else 0, plen) + sqe_bytes + data
-
-
-def recv_exact(s, n):
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        if not chunk:
-            raise RuntimeError("target closed the connection")
-        out += chunk
-    return out
 
 
 def expect_response(s, what):
@@ -120,18 +101,15 @@ def stall(port, queues, depth):
 # ---------------------------------------------------------------- the quiet host
 
 def quiet_run(a, port):
-    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{QUIET}"
-    cmd = [a.sens, "perf", "-r", trid, "--time", str(a.time), "--warmup", "0.3", "-q",
-           "--size", "256M", "--json", "-", "--rw", "randrw", "--bs", a.bs, "--qd", str(a.qd)]
+    cmd = perf_command(a, port, QUIET,
+                       ["--size", "256M", "--rw", "randrw", "--bs", a.bs, "--qd", str(a.qd)])
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.time + 30)
     except subprocess.TimeoutExpired:
         return {"iops": 0.0, "p99_us": None, "errors": None, "note": "sens perf hung"}
     if p.returncode != 0 or "{" not in p.stdout:
         return {"iops": 0.0, "p99_us": None, "errors": None, "note": p.stderr.strip()[-200:]}
-    j = json.loads(p.stdout[p.stdout.index("{"):])
-    return {"iops": j["iops"], "p99_us": j["clat_ns"]["percentile"]["99.000000"] / 1e3,
-            "errors": j["errors"]}
+    return perf_summary(p.stdout)
 
 
 def pool_stats(target, path):
@@ -153,8 +131,7 @@ def pool_stats(target, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
-    ap.add_argument("--time", type=float, default=3)
+    add_common_arguments(ap, time=3)
     ap.add_argument("--bs", default="64k")
     ap.add_argument("--qd", type=int, default=8)
     ap.add_argument("--stalled-queues", type=int, default=2)
@@ -164,40 +141,27 @@ def main():
                     help="the target's --stall-timeout ('' leaves it out: builds before it)")
     ap.add_argument("--extra", default="", help="more `sens target` options")
     ap.add_argument("--reps", type=int, default=3, help="alone / with pairs, in turns")
-    ap.add_argument("--json", default=None)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="sens-isolation-bench-")
     stats = os.path.join(work, "stats.json")
-    port = free_port()
-    target = subprocess.Popen(
-        [a.sens, "target", "--listen", f"127.0.0.1:{port}", "--discovery-port", "0", "--ns",
-         "ram:1G", "--cores", "1", "--buffer-pool", a.buffer_pool, "--stats-json", stats, "-q"]
-        + (["--stall-timeout", a.stall_timeout] if a.stall_timeout else []) + a.extra.split(),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = ["--ns", "ram:1G", "--cores", "1", "--buffer-pool", a.buffer_pool, "--stats-json",
+            stats] + (["--stall-timeout", a.stall_timeout] if a.stall_timeout else [])
     runs = []
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with Target(a.sens, args + a.extra.split(), work=work) as target:
+        port = target.port
         quiet_run(a, port)  # warm-up: the namespace's pages and the pool grow here
         # Alone and with the stalled host in turns, so that a busy machine's drift hits both.
         for _ in range(a.reps):
             alone = quiet_run(a, port)
             socks = stall(port, a.stalled_queues, a.depth)
             time.sleep(1)  # the stalled reads take their buffers
-            pinned = pool_stats(target, stats).get("buffer_pool", {})
+            pinned = pool_stats(target.proc, stats).get("buffer_pool", {})
             together = quiet_run(a, port)
             for s in socks:
                 s.close()  # the target frees its buffers as the sends fail
             time.sleep(0.5)
             runs.append({"alone": alone, "with_stalled": together, "pinned": pinned,
                          "ratio": together["iops"] / alone["iops"] if alone["iops"] else 0.0})
-    finally:
-        target.terminate()
-        target.wait(timeout=10)
     pinned = runs[-1]["pinned"]
     print(f"quiet host: `sens perf --rw randrw --bs {a.bs} --qd {a.qd}`, {a.time} s; stalled "
           f"host: {a.stalled_queues} queues x {a.depth} unread 128 KiB reads; pool "

@@ -8,38 +8,17 @@ cases as a Markdown table; --json writes the runs. Not a timed test: a short run
 works; numbers depend on the machine."""
 import argparse
 import json
-import os
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-NQN = "nqn.2026-11.io.sens-target:ram0"
+from common import NQN, Target, add_common_arguments, perf_command, perf_summary
+
 NOISY = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000001a"
 QUIET = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000001b"
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def perf_cmd(a, port, host, args):
-    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{host}"
-    return [a.sens, "perf", "-r", trid, "--time", str(a.time), "--warmup", "0.3", "-q",
-            "--size", "256M", "--json", "-"] + args
-
-
-def summary(out):
-    j = json.loads(out[out.index("{"):])
-    return {"iops": j["iops"], "p99_us": j["clat_ns"]["percentile"]["99.000000"] / 1e3,
-            "errors": j["errors"]}
+    return perf_command(a, port, host, ["--size", "256M"] + args)
 
 
 def run_case(a, port):
@@ -54,38 +33,21 @@ def run_case(a, port):
     nout, nerr = noisy.communicate(timeout=120)
     if quiet.returncode != 0 or noisy.returncode != 0:
         sys.exit(f"sens perf failed: {quiet.stderr}{nerr}")
-    return {"quiet": summary(quiet.stdout), "noisy": summary(nout)}
+    return {"quiet": perf_summary(quiet.stdout), "noisy": perf_summary(nout)}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
-    ap.add_argument("--time", type=float, default=2)
+    add_common_arguments(ap, time=2)
     ap.add_argument("--quiet-iops", type=int, default=2000)
     ap.add_argument("--noisy-queues", type=int, default=2)
     ap.add_argument("--limit", type=int, default=5000, help="the noisy host's total_iops")
-    ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="sens-qos-bench-")
-    sock = os.path.join(work, "rpc.sock")
-    port = free_port()
-    target = subprocess.Popen(
-        [a.sens, "target", "--listen", f"127.0.0.1:{port}", "--discovery-port", "0", "--ns",
-         "ram:1G", "--rpc", sock, "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    rpc = [a.sens, "rpc", "--socket", sock]
-    try:
-        subprocess.run(rpc + ["--wait", "10", "framework_wait_init"], check=True,
-                       capture_output=True)
-        runs = {"no limit": run_case(a, port)}
-        subprocess.run(rpc + ["qos_set", "--nqn", NQN, "--host", NOISY, "--total_iops",
-                              str(a.limit)], check=True, capture_output=True)
-        runs[f"noisy limited to {a.limit} IOPS"] = run_case(a, port)
-        stats = json.loads(subprocess.run(rpc + ["stats_get"], check=True, capture_output=True,
-                                          text=True).stdout)
-    finally:
-        target.terminate()
-        target.wait(timeout=30)
+    with Target(a.sens, ["--ns", "ram:1G"], rpc=True, prefix="sens-qos-bench-") as target:
+        runs = {"no limit": run_case(a, target.port)}
+        target.rpc("qos_set", "--nqn", NQN, "--host", NOISY, "--total_iops", str(a.limit))
+        runs[f"noisy limited to {a.limit} IOPS"] = run_case(a, target.port)
+        stats = json.loads(target.rpc("stats_get"))
     print(f"quiet host: 4 KiB randread QD4 at {a.quiet_iops} IOPS; noisy host: 4 KiB randrw "
           f"QD64 x {a.noisy_queues} queues; {a.time} s each\n")
     print("| case | quiet IOPS | quiet p99 (us) | noisy IOPS | errors |")

@@ -38,101 +38,11 @@
 #include "common/units.h"
 #include "tools/cli.h"
 
+#include "side.h"
+
 namespace {
 
-using sens::Nanos;
-
-// Wire sizes of the NVMe/TCP PDUs the traffic imitates.
-constexpr size_t kCapsuleCmdBytes = 8 + 64;
-constexpr size_t kC2HDataHeaderBytes = 24;
-constexpr size_t kCapsuleRespBytes = 24;
-// recv() size: a loopback segment (64 KiB) per call, and small enough to stay in cache
-// (the copy into it is most of a reader's cost; a larger buffer measured no faster).
-constexpr size_t kRecvBufferBytes = 64 << 10;
-// A client with requests in flight that hears nothing for this long reports a failure.
-constexpr Nanos kStallTimeout = 5 * sens::kSecond;
-// How long a sleeping epoll_wait may block before it looks at the stop flag again.
-constexpr int kEpollSleepMs = 50;
-
-enum class PollMode { kBusy, kEpoll };
-
-struct Options {
-  unsigned qd = 1;
-  unsigned queues = 1;
-  double time_s = 5;
-  double warmup_s = 0.1;
-  bool write = false;
-  uint32_t bs = 4096;
-  PollMode poll = PollMode::kBusy;
-  int target_core = 0;
-  int client_core = 1;
-  std::string json_path;
-  bool quiet = false;
-};
-
-// The repeating unit of one direction of a connection's byte stream, as segments (each a
-// header or a data block), so a partially sent unit can be resumed at any byte.
-struct Shape {
-  struct Segment {
-    const char* bytes;
-    size_t size;
-  };
-  std::vector<Segment> segments;
-  size_t unit_bytes = 0;
-
-  void add(const char* bytes, size_t size) {
-    segments.push_back({bytes, size});
-    unit_bytes += size;
-  }
-};
-
-// Byte-stream bookkeeping of one direction of one connection. The content never matters
-// (nothing parses it), only how many bytes are owed and where in the unit the stream is.
-struct Stream {
-  uint64_t queued = 0;  // bytes ever queued for sending
-  uint64_t sent = 0;    // bytes the kernel accepted
-  uint64_t owed() const { return queued - sent; }
-};
-
-struct Connection {
-  int fd = -1;
-  Stream out;
-  uint64_t received_partial = 0;  // bytes of an incomplete incoming unit
-  bool want_write = false;        // EPOLLOUT registered (epoll mode, send blocked)
-  // Client only: submission times of the requests in flight, oldest first (TCP keeps the
-  // answers in order, so the oldest is the next to complete).
-  std::vector<Nanos> submitted;
-  size_t oldest = 0;
-};
-
-struct SideCounters {
-  uint64_t passes = 0, send_calls = 0, recv_calls = 0;
-  double cpu_user_s = 0, cpu_sys_s = 0;
-
-  SideCounters since(const SideCounters& start) const {
-    return {passes - start.passes, send_calls - start.send_calls, recv_calls - start.recv_calls,
-            cpu_user_s - start.cpu_user_s, cpu_sys_s - start.cpu_sys_s};
-  }
-};
-
-// State shared by the two threads: start and stop, and the first error either side met.
-struct Shared {
-  std::atomic<bool> target_ready{false};  // pinned and polling: the client may start
-  std::atomic<bool> measuring{false};     // the warm-up is over: counters start here
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::string error;
-
-  void fail(const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (error.empty()) error = what;
-    stop.store(true, std::memory_order_relaxed);
-  }
-};
-
-std::string errno_text(const char* call) {
-  return std::string(call) + ": " + std::strerror(errno);
-}
+using namespace sens::limit;  // the loop's types (side.h), this program's own
 
 bool pin_to_core(int core, std::string* error) {
   if (core < 0) return true;
@@ -146,164 +56,18 @@ bool pin_to_core(int core, std::string* error) {
   return true;
 }
 
-// One side's event loop: the part both the target and the client share.
-class Side {
- public:
-  Side(std::vector<Connection>& conns, const Shape& in, const Shape& out, PollMode poll,
-       Shared& shared)
-      : conns_(conns),
-        in_(in),
-        out_(out),
-        poll_(poll),
-        shared_(shared),
-        buffer_(kRecvBufferBytes) {}
-
-  bool setup_epoll() {
-    // A single connection is spun on with recv() directly in busy mode: one syscall per
-    // pass instead of two. Otherwise epoll tells which connections have data.
-    if (poll_ == PollMode::kBusy && conns_.size() == 1) return true;
-    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epoll_fd_ < 0) return fail(errno_text("epoll_create1"));
-    for (size_t i = 0; i < conns_.size(); ++i) {
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = i;
-      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, conns_[i].fd, &ev) != 0)
-        return fail(errno_text("epoll_ctl"));
-    }
-    events_.resize(conns_.size());
-    return true;
-  }
-
-  ~Side() {
-    if (epoll_fd_ >= 0) close(epoll_fd_);
-  }
-
-  // Receives everything available on every ready connection; `on_units(conn, n)` is told
-  // how many whole incoming units each read completed. Returns false on a failure.
-  template <typename OnUnits>
-  bool receive(Nanos max_sleep_ns, OnUnits&& on_units) {
-    ++counters.passes;
-    if (epoll_fd_ < 0) return drain(0, on_units);
-    int timeout_ms = 0;
-    if (poll_ == PollMode::kEpoll)
-      timeout_ms = int(std::clamp<Nanos>(max_sleep_ns / sens::kMilli, 1, kEpollSleepMs));
-    int n = epoll_wait(epoll_fd_, events_.data(), int(events_.size()), timeout_ms);
-    if (n < 0) return errno == EINTR || fail(errno_text("epoll_wait"));
-    for (int i = 0; i < n; ++i)
-      if (events_[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
-        if (!drain(size_t(events_[i].data.u64), on_units)) return false;
-    return true;
-  }
-
-  // One sendmsg per connection with bytes owed (more only if IOV_MAX cut the first short).
-  bool send_all() {
-    for (auto& c : conns_) {
-      while (c.out.owed() > 0) {
-        size_t iov_count = fill_iov(c.out);
-        msghdr msg{};
-        msg.msg_iov = iov_.data();
-        msg.msg_iovlen = iov_count;
-        ++counters.send_calls;
-        ssize_t n = sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          if (errno != EAGAIN && errno != EWOULDBLOCK) return fail(errno_text("sendmsg"));
-          n = 0;
-        }
-        c.out.sent += uint64_t(n);
-        if (size_t(n) < iov_bytes_) break;  // the socket is full: the rest waits
-      }
-      if (poll_ == PollMode::kEpoll && !set_want_write(c, c.out.owed() > 0)) return false;
-    }
-    return true;
-  }
-
-  // The counters so far, with the calling thread's CPU time.
-  SideCounters snapshot() const {
-    SideCounters c = counters;
-    rusage ru;
-    if (getrusage(RUSAGE_THREAD, &ru) == 0) {
-      c.cpu_user_s = double(ru.ru_utime.tv_sec) + double(ru.ru_utime.tv_usec) / 1e6;
-      c.cpu_sys_s = double(ru.ru_stime.tv_sec) + double(ru.ru_stime.tv_usec) / 1e6;
-    }
-    return c;
-  }
-
-  SideCounters counters;
-
- private:
-  bool fail(const std::string& what) {
-    shared_.fail(what);
-    return false;
-  }
-
-  template <typename OnUnits>
-  bool drain(size_t index, OnUnits& on_units) {
-    Connection& c = conns_[index];
-    for (;;) {
-      ++counters.recv_calls;
-      ssize_t n = recv(c.fd, buffer_.data(), buffer_.size(), MSG_DONTWAIT);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-        return fail(errno_text("recv"));
-      }
-      if (n == 0) {
-        if (shared_.stop.load(std::memory_order_relaxed)) return true;
-        return fail("the peer closed a connection");
-      }
-      c.received_partial += uint64_t(n);
-      uint64_t units = c.received_partial / in_.unit_bytes;
-      c.received_partial %= in_.unit_bytes;
-      if (units > 0) on_units(c, units);
-      // A short read emptied the socket: another recv would only say EAGAIN.
-      if (size_t(n) < buffer_.size()) return true;
-    }
-  }
-
-  // iovecs for the owed bytes of `s`, resuming mid-unit where the last send stopped.
-  size_t fill_iov(const Stream& s) {
-    iov_.clear();
-    iov_bytes_ = 0;
-    uint64_t left = s.owed();
-    uint64_t offset = s.sent % out_.unit_bytes;
-    size_t seg = 0;
-    while (offset >= out_.segments[seg].size) offset -= out_.segments[seg++].size;
-    while (left > 0 && iov_.size() < size_t(IOV_MAX)) {
-      const auto& g = out_.segments[seg];
-      size_t len = size_t(std::min<uint64_t>(g.size - offset, left));
-      iov_.push_back({const_cast<char*>(g.bytes + offset), len});
-      iov_bytes_ += len;
-      left -= len;
-      offset = 0;
-      seg = (seg + 1) % out_.segments.size();
-    }
-    return iov_.size();
-  }
-
-  // Epoll mode sleeps, so a connection whose answer did not fit in the socket must wake
-  // the loop when there is room again, or both sides would wait for each other.
-  bool set_want_write(Connection& c, bool want) {
-    if (c.want_write == want) return true;
-    epoll_event ev{};
-    ev.events = EPOLLIN | (want ? EPOLLOUT : 0u);
-    ev.data.u64 = uint64_t(&c - conns_.data());
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev) != 0) return fail(errno_text("epoll_ctl"));
-    c.want_write = want;
-    return true;
-  }
-
-  std::vector<Connection>& conns_;
-  const Shape& in_;
-  const Shape& out_;
-  PollMode poll_;
-  Shared& shared_;
-  std::vector<char> buffer_;
-  int epoll_fd_ = -1;
-  std::vector<epoll_event> events_;
-  std::vector<iovec> iov_;
-  size_t iov_bytes_ = 0;
+struct Options {
+  unsigned qd = 1;
+  unsigned queues = 1;
+  double time_s = 5;
+  double warmup_s = 0.1;
+  bool write = false;
+  uint32_t bs = 4096;
+  PollMode poll = PollMode::kBusy;
+  int target_core = 0;
+  int client_core = 1;
+  std::string json_path;
+  bool quiet = false;
 };
 
 struct Payload {

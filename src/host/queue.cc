@@ -1,9 +1,5 @@
 #include "host/queue.h"
 
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,68 +65,6 @@ Queue::Queue(Reactor& reactor, const QueueOptions& options)
 
 Queue::~Queue() {
   if (state_ == State::kOpen || state_ == State::kIcWait) close("queue destroyed");
-}
-
-std::string Queue::open(const sockaddr* addr, socklen_t addr_len, Nanos deadline) {
-  int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno_text("socket", errno);
-  if (connect(fd, addr, addr_len) != 0 && errno != EINPROGRESS) {
-    int err = errno;
-    ::close(fd);
-    return errno_text("connect", err);
-  }
-  // Connection set-up is not the data path: a plain poll() bounded by the deadline.
-  pollfd p{fd, POLLOUT, 0};
-  Nanos left = deadline - reactor_.now();
-  int r = poll(&p, 1, int(std::max<Nanos>(left, 0) / kMilli));
-  if (r <= 0) {
-    ::close(fd);
-    return r == 0 ? "connect: timed out" : errno_text("connect", errno);
-  }
-  int err = 0;
-  socklen_t len = sizeof(err);
-  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-  if (err != 0) {
-    ::close(fd);
-    return errno_text("connect", err);
-  }
-  return open_fd(fd, deadline);
-}
-
-std::string Queue::open_fd(int fd, Nanos deadline) {
-  if (state_ != State::kIdle) {
-    ::close(fd);
-    return "queue already opened";
-  }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails on socketpairs: fine
-  std::unique_ptr<transport::TlsChannel> tls;
-  if (options_.tls) {
-    // TLS 1.3 first (NVMe/TCP 1.1). The blocking form: a poll() loop to the deadline.
-    tls = std::make_unique<transport::TlsChannel>(*options_.tls, fd);
-    for (;;) {
-      using Io = transport::TlsChannel::Io;
-      Io io = tls->handshake();
-      if (io == Io::kOk) break;
-      if (io != Io::kWantRead && io != Io::kWantWrite) {
-        std::string why = tls_handshake_error(*tls);
-        ::close(fd);
-        return why;
-      }
-      pollfd p{fd, short(io == Io::kWantRead ? POLLIN : POLLOUT), 0};
-      const Nanos left = deadline - reactor_.now();
-      if (left <= 0 || poll(&p, 1, int(std::max<Nanos>(left / kMilli, 1))) <= 0) {
-        ::close(fd);
-        return "TLS handshake: no answer before the connect timeout";
-      }
-    }
-  }
-  if (std::string e = begin(fd, std::move(tls)); !e.empty()) return e;
-  while (state_ == State::kIcWait && reactor_.now() < deadline)
-    reactor_.run_once(std::min<Nanos>(deadline - reactor_.now(), 10 * kMilli));
-  if (state_ == State::kIcWait) fail("no ICResp before the connect timeout");
-  return state_ == State::kOpen ? std::string() : error_;
 }
 
 std::string Queue::begin(int fd, std::unique_ptr<transport::TlsChannel> tls) {

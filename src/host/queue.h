@@ -91,6 +91,7 @@ class Queue final : public EventHandler,
 
   // Connects to `addr` and exchanges ICReq/ICResp, driving the reactor until done or
   // `deadline` (so it must not be called from a reactor callback). Returns "" or an error.
+  // (open() and open_fd() live in queue_setup.cc, beside the non-blocking set-up.)
   std::string open(const sockaddr* addr, socklen_t addr_len, Nanos deadline);
   // The same over a socket already connected (tests use a socketpair); takes ownership.
   std::string open_fd(int fd, Nanos deadline);

@@ -1,12 +1,16 @@
-// QueueSetup: an I/O queue's connection set-up as a state machine on its reactor (see the
-// header). Everything here runs on the reactor's thread.
+// A queue's connection set-up, both ways: Queue::open() blocks on each step with poll() (the
+// admin queue, a caller that waits anyway); QueueSetup is the same steps as a state machine on
+// its reactor (see the header), everything of it on the reactor's thread.
 #include "host/queue_setup.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -21,6 +25,112 @@ std::string tls_handshake_error(const transport::TlsChannel& tls) {
     why += " (the target knows no PSK for this identity: wrong key, host or subsystem?)";
   return why;
 }
+
+namespace {
+
+// ---- the steps both set-ups take ----
+
+// Starts a non-blocking TCP connect(): "" and *fd (*connected if it completed at once), or
+// what failed ("socket: ..." or "connect: ...") with nothing left open.
+std::string start_connect(const sockaddr* addr, socklen_t addr_len, int* fd, bool* connected) {
+  *fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (*fd < 0) return std::string("socket: ") + std::strerror(errno);
+  *connected = connect(*fd, addr, addr_len) == 0;
+  if (*connected || errno == EINPROGRESS) return {};
+  const int err = errno;
+  ::close(*fd);
+  *fd = -1;
+  return std::string("connect: ") + std::strerror(err);
+}
+
+// A connect() in progress, once its socket is writable: 0, EINPROGRESS, or why it failed.
+int connect_result(int fd) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  return err;
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails on socketpairs: fine
+}
+
+enum class HandshakeWait : uint8_t { kNothing, kReadable, kWritable, kFailed };
+
+// One step of the TLS handshake: kNothing once it is complete, the socket readiness it waits
+// for, or kFailed with *error saying why.
+HandshakeWait tls_handshake_step(transport::TlsChannel& tls, std::string* error) {
+  using Io = transport::TlsChannel::Io;
+  const Io io = tls.handshake();
+  if (io == Io::kOk) return HandshakeWait::kNothing;
+  if (io == Io::kWantRead) return HandshakeWait::kReadable;
+  if (io == Io::kWantWrite) return HandshakeWait::kWritable;
+  *error = tls_handshake_error(tls);
+  return HandshakeWait::kFailed;
+}
+
+}  // namespace
+
+// ---- the blocking set-up: Queue::open() ----
+
+std::string Queue::open(const sockaddr* addr, socklen_t addr_len, Nanos deadline) {
+  int fd = -1;
+  bool connected = false;
+  if (std::string e = start_connect(addr, addr_len, &fd, &connected); !e.empty()) return e;
+  if (!connected) {
+    // Connection set-up is not the data path: a plain poll() bounded by the deadline.
+    pollfd p{fd, POLLOUT, 0};
+    Nanos left = deadline - reactor_.now();
+    int r = poll(&p, 1, int(std::max<Nanos>(left, 0) / kMilli));
+    if (r <= 0) {
+      const int err = errno;
+      ::close(fd);
+      return r == 0 ? "connect: timed out" : std::string("connect: ") + std::strerror(err);
+    }
+    if (int err = connect_result(fd); err != 0) {
+      ::close(fd);
+      return std::string("connect: ") + std::strerror(err);
+    }
+  }
+  return open_fd(fd, deadline);
+}
+
+std::string Queue::open_fd(int fd, Nanos deadline) {
+  if (state_ != State::kIdle) {
+    ::close(fd);
+    return "queue already opened";
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  set_nodelay(fd);
+  std::unique_ptr<transport::TlsChannel> tls;
+  if (options_.tls) {
+    // TLS 1.3 first (NVMe/TCP 1.1). The blocking form: a poll() loop to the deadline.
+    tls = std::make_unique<transport::TlsChannel>(*options_.tls, fd);
+    std::string why;
+    for (;;) {
+      const HandshakeWait wait = tls_handshake_step(*tls, &why);
+      if (wait == HandshakeWait::kNothing) break;
+      if (wait == HandshakeWait::kFailed) {
+        ::close(fd);
+        return why;
+      }
+      pollfd p{fd, short(wait == HandshakeWait::kReadable ? POLLIN : POLLOUT), 0};
+      const Nanos left = deadline - reactor_.now();
+      if (left <= 0 || poll(&p, 1, int(std::max<Nanos>(left / kMilli, 1))) <= 0) {
+        ::close(fd);
+        return "TLS handshake: no answer before the connect timeout";
+      }
+    }
+  }
+  if (std::string e = begin(fd, std::move(tls)); !e.empty()) return e;
+  while (state_ == State::kIcWait && reactor_.now() < deadline)
+    reactor_.run_once(std::min<Nanos>(deadline - reactor_.now(), 10 * kMilli));
+  if (state_ == State::kIcWait) fail("no ICResp before the connect timeout");
+  return state_ == State::kOpen ? std::string() : error_;
+}
+
+// ---- the non-blocking set-up: QueueSetup ----
 
 const char* queue_setup_step_name(QueueSetup::Step s) {
   switch (s) {
@@ -106,20 +216,17 @@ void QueueSetup::start() {
   if (!trid_sockaddr(ctrl_.trid(), &ss, &len)) return fail("bad address " + ctrl_.trid().traddr);
   arm(reactor_.now() + ctrl_.connect_timeout());  // TCP, TLS and ICResp together
   step_ = Step::kTcpConnect;
-  fd_ = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd_ < 0)
-    return fail("I/O queue " + std::to_string(qo_.qid) + ": socket: " + std::strerror(errno));
-  if (connect(fd_, reinterpret_cast<sockaddr*>(&ss), len) == 0) return tcp_connected();
-  if (errno != EINPROGRESS)
-    return fail("I/O queue " + std::to_string(qo_.qid) + ": connect: " + std::strerror(errno));
+  bool connected = false;
+  if (std::string e = start_connect(reinterpret_cast<sockaddr*>(&ss), len, &fd_, &connected);
+      !e.empty())
+    return fail("I/O queue " + std::to_string(qo_.qid) + ": " + e);
+  if (connected) return tcp_connected();
   watch(EPOLLOUT);
 }
 
 void QueueSetup::on_event(uint32_t) {
   if (step_ == Step::kTcpConnect) {
-    int err = 0;
-    socklen_t len = sizeof(err);
-    getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+    const int err = connect_result(fd_);
     if (err == EINPROGRESS) return;
     if (err != 0)
       return fail("I/O queue " + std::to_string(qo_.qid) + ": connect: " + std::strerror(err));
@@ -130,8 +237,7 @@ void QueueSetup::on_event(uint32_t) {
 }
 
 void QueueSetup::tcp_connected() {
-  int one = 1;
-  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  set_nodelay(fd_);
   if (!qo_.tls) return begin_queue();
   step_ = Step::kTls;
   tls_ = std::make_unique<transport::TlsChannel>(*qo_.tls, fd_);
@@ -139,12 +245,12 @@ void QueueSetup::tcp_connected() {
 }
 
 void QueueSetup::tls_step() {
-  using Io = transport::TlsChannel::Io;
-  const Io io = tls_->handshake();
-  if (io == Io::kOk) return begin_queue();
-  if (io == Io::kWantRead || io == Io::kWantWrite)
-    return watch(io == Io::kWantRead ? EPOLLIN : EPOLLOUT);
-  fail("I/O queue " + std::to_string(qo_.qid) + ": " + tls_handshake_error(*tls_));
+  std::string why;
+  const HandshakeWait wait = tls_handshake_step(*tls_, &why);
+  if (wait == HandshakeWait::kNothing) return begin_queue();
+  if (wait == HandshakeWait::kFailed)
+    return fail("I/O queue " + std::to_string(qo_.qid) + ": " + why);
+  watch(wait == HandshakeWait::kReadable ? EPOLLIN : EPOLLOUT);
 }
 
 void QueueSetup::begin_queue() {

@@ -20,16 +20,15 @@
 #include <vector>
 
 #include "child.h"
+#include "completions.h"
 
 namespace sens {
 namespace {
 
+using host::testing::Clock;
+using host::testing::Io;
+using host::testing::since;
 using host::testing::TargetProcess;
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Stops the target the second time the controller goes live (the first is the bring-up).
 struct StopWhenLiveAgain {
@@ -57,18 +56,6 @@ struct ReadLoop {
     if (!self->q) return;  // the loop is over (its queue is being deleted)
     ++*(c.status.ok() ? self->done : self->errors);
     self->q->read(1, self->lba, 1, &self->iov, 1, &ReadLoop::on, self);
-  }
-};
-
-struct Write {
-  std::vector<uint8_t> buf;
-  iovec iov{};
-  bool done = false;
-  Status status;
-  static void on(void* ctx, const Completion& c) {
-    auto* w = static_cast<Write*>(ctx);
-    w->done = true;
-    w->status = c.status;
   }
 };
 
@@ -116,11 +103,11 @@ TEST(ReconnectPoller, OtherQueuesKeepCompletingWhileOneReconnects) {
     ASSERT_EQ(qb->read(1, l.lba, 1, &l.iov, 1, &ReadLoop::on, &l), 0);
   }
   // Writes in flight on A when its target dies: held, then sent again.
-  std::vector<Write> writes(4);
+  std::vector<Io> writes(4);
   for (size_t i = 0; i < writes.size(); ++i) {
     writes[i].buf.assign(bs, uint8_t(0x40 + i));
     writes[i].iov = {writes[i].buf.data(), bs};
-    ASSERT_EQ(qa->write(1, 100 + i, 1, &writes[i].iov, 1, &Write::on, &writes[i]), 0);
+    ASSERT_EQ(qa->write(1, 100 + i, 1, &writes[i].iov, 1, &Io::on, &writes[i]), 0);
   }
   ta->signal(SIGSTOP);
   poller.process_completions(0, 1'000'000);
@@ -180,11 +167,11 @@ TEST(ReconnectPoller, OtherQueuesKeepCompletingWhileOneReconnects) {
   // A runs again: its queue reconnects and the held writes complete.
   const auto t1 = Clock::now();
   auto writes_done = [&] {
-    return std::all_of(writes.begin(), writes.end(), [](const Write& w) { return w.done; });
+    return std::all_of(writes.begin(), writes.end(), [](const Io& w) { return w.done; });
   };
   while (!writes_done() && since(t1) < 20) poller.process_completions(0, 1'000'000);
   ASSERT_TRUE(writes_done()) << qa->connection_state() << " " << a.last_error();
-  for (auto& w : writes) EXPECT_TRUE(w.status.ok()) << w.status.to_string();
+  for (auto& w : writes) EXPECT_TRUE(w.c.status.ok()) << w.c.status.to_string();
   EXPECT_STREQ(qa->connection_state(), "open");
   EXPECT_EQ(a.state(), ControllerState::kLive);
   EXPECT_GE(a.counters().reconnects, 2u);  // the stalled association, then the good one

@@ -21,16 +21,17 @@
 #include <vector>
 
 #include "child.h"
+#include "completions.h"
 
 namespace sens {
 namespace {
 
+using host::testing::Clock;
+using host::testing::count_done;
+using host::testing::Io;
+using host::testing::poll_all;
+using host::testing::since;
 using host::testing::TargetProcess;
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // A file namespace that outlives one target process.
 std::string make_file(const std::string& name, size_t bytes) {
@@ -58,34 +59,8 @@ struct States {
   }
 };
 
-struct Io {
-  std::vector<uint8_t> buf;
-  iovec iov{};
-  bool done = false;
-  Completion c;
-  static void on(void* ctx, const Completion& c) {
-    auto* io = static_cast<Io*>(ctx);
-    io->done = true;
-    io->c = c;
-  }
-};
-
 void fill(std::vector<uint8_t>& b, uint64_t lba, uint8_t tag) {
   for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(lba * 131 + i * 7 + tag);
-}
-
-int count_done(const std::vector<Io>& ios) {
-  int n = 0;
-  for (auto& io : ios) n += io.done;
-  return n;
-}
-
-// Polls `poller` until every I/O of `ios` is done or `seconds` pass.
-bool poll_all(Poller& poller, std::vector<Io>& ios, double seconds) {
-  const auto t0 = Clock::now();
-  while (count_done(ios) < int(ios.size()) && since(t0) < seconds)
-    poller.process_completions(0, 10'000'000);
-  return count_done(ios) == int(ios.size());
 }
 
 ControllerOptions reconnect_options(ShareMode share, uint32_t tmo, States* states) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "auth/dhchap.h"
+#include "auth_messages.h"
 #include "child_process.h"
 #include "host/controller.h"
 #include "raw_client.h"
@@ -71,18 +72,7 @@ class RawAuth {
     return buf;
   }
   static std::vector<uint8_t> negotiate(uint16_t t_id, uint8_t group = kFfdhe8192) {
-    std::vector<uint8_t> m(8 + 64, 0);
-    m[0] = wa::kTypeCommon;
-    m[1] = wa::kIdNegotiate;
-    m[4] = uint8_t(t_id);
-    m[5] = uint8_t(t_id >> 8);
-    m[7] = 1;  // napd
-    m[8] = wa::kAuthIdDhchap;
-    m[10] = 1;  // halen
-    m[11] = 1;  // dhlen
-    m[12] = kSha256;
-    m[12 + 30] = group;
-    return m;
+    return negotiate_message(t_id, {kSha256}, {group});
   }
   // NEGOTIATE then the CHALLENGE (the target's DH key made): "" or why not.
   std::string challenge(uint16_t t_id, std::vector<uint8_t>* ch, uint8_t group = kFfdhe8192) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "auth/dhchap.h"
+#include "auth_messages.h"
 #include "child_process.h"
 #include "common/log.h"
 #include "host/controller.h"
@@ -268,18 +269,7 @@ class AuthMessages : public AuthTest {
   }
   static std::vector<uint8_t> negotiate(uint16_t t_id, std::vector<uint8_t> hashes = {1},
                                         std::vector<uint8_t> groups = {0}) {
-    std::vector<uint8_t> m(8 + 64, 0);
-    m[0] = wa::kTypeCommon;
-    m[1] = wa::kIdNegotiate;
-    m[4] = uint8_t(t_id);
-    m[5] = uint8_t(t_id >> 8);
-    m[7] = 1;  // napd
-    m[8] = wa::kAuthIdDhchap;
-    m[10] = uint8_t(hashes.size());
-    m[11] = uint8_t(groups.size());
-    std::copy(hashes.begin(), hashes.end(), m.begin() + 12);
-    std::copy(groups.begin(), groups.end(), m.begin() + 12 + 30);
-    return m;
+    return negotiate_message(t_id, hashes, groups);
   }
   // The reason code of the FAILURE1 the next AUTH_Receive returns (-1: not a FAILURE1).
   int failure1() {

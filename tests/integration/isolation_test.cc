@@ -97,6 +97,25 @@ std::string quiet_host_io(uint16_t port, int rounds, int* done) {
   return "";
 }
 
+// The target with a 1 s stall timeout (and `extra`), and `s` connected to it (admin and one
+// I/O queue). Call through ASSERT_NO_FATAL_FAILURE.
+void start_with_stall_timeout(Target& t, Session& s, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--ns", "ram:16M", "--stall-timeout", "1s"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  ASSERT_EQ(t.start(args), "");
+  ASSERT_EQ(s.open(t.port, kNqn), "");
+}
+
+// After the target ended one connection: it logged `reason` (if given), and another host on
+// the same reactor is still served.
+void expect_only_that_connection_ended(Target& t, const char* reason) {
+  if (reason)
+    EXPECT_NE(read_file(t.dir.file("err")).find(reason), std::string::npos)
+        << read_file(t.dir.file("err"));
+  int done = 0;
+  EXPECT_EQ(quiet_host_io(t.port, 3, &done), "");
+}
+
 // (a) One host stops reading on two I/O queues full of 128 KiB reads; before fair shares
 // they pinned the whole pool and the other host's commands waited for ever.
 TEST(Isolation, HostThatStopsReadingDoesNotStarveAnother) {
@@ -137,9 +156,8 @@ TEST(Isolation, HostThatStopsReadingDoesNotStarveAnother) {
 // (b) A host with KATO=0 (nothing else would ever end it) stops four bytes into a capsule.
 TEST(Isolation, PduLeftUnfinishedEndsTheConnectionAfterTheStallTimeout) {
   Target t;
-  ASSERT_EQ(t.start({"--ns", "ram:16M", "--stall-timeout", "1s"}), "");
   Session s;  // admin Connect with KATO=0
-  ASSERT_EQ(s.open(t.port, kNqn), "");
+  ASSERT_NO_FATAL_FAILURE(start_with_stall_timeout(t, s));
   auto capsule =
       s.io.capsule_bytes(nvme::make_io(nvme::io_op::kRead, 1, 0, 8, nvme::Xfer::kTransport, 4096));
   ASSERT_TRUE(s.io.send_bytes(capsule.data(), 4));
@@ -149,19 +167,15 @@ TEST(Isolation, PduLeftUnfinishedEndsTheConnectionAfterTheStallTimeout) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   EXPECT_GE(ms, 900);
   EXPECT_EQ(t.stalled("pdu"), 1u);
-  EXPECT_NE(read_file(t.dir.file("err")).find("a PDU stayed unfinished"), std::string::npos)
-      << read_file(t.dir.file("err"));
   // Only that connection: another host still works.
-  int done = 0;
-  EXPECT_EQ(quiet_host_io(t.port, 3, &done), "");
+  expect_only_that_connection_ended(t, "a PDU stayed unfinished");
 }
 
 // (c) A write's R2T comes; the host never sends the H2CData.
 TEST(Isolation, H2cDataThatNeverComesEndsTheConnection) {
   Target t;
-  ASSERT_EQ(t.start({"--ns", "ram:16M", "--stall-timeout", "1s"}), "");
   Session s;
-  ASSERT_EQ(s.open(t.port, kNqn), "");
+  ASSERT_NO_FATAL_FAILURE(start_with_stall_timeout(t, s));
   nvme::Sqe w = nvme::make_io(nvme::io_op::kWrite, 1, 0, 8, nvme::Xfer::kTransport, 4096);
   w.cid = s.io.next_cid();
   ASSERT_TRUE(s.io.send_bytes(s.io.capsule_bytes(w)));
@@ -172,35 +186,29 @@ TEST(Isolation, H2cDataThatNeverComesEndsTheConnection) {
   EXPECT_TRUE(s.io.wait_closed(3000)) << "a connection owing H2CData stayed open";
   EXPECT_EQ(t.stalled("h2c"), 1u);
   EXPECT_EQ(t.stalled("pdu"), 0u);
-  int done = 0;
-  EXPECT_EQ(quiet_host_io(t.port, 3, &done), "");
+  expect_only_that_connection_ended(t, nullptr);
 }
 
 // (d) The host stops reading: the target's sends make no progress.
 TEST(Isolation, SendWithoutProgressEndsTheConnection) {
   Target t;
-  ASSERT_EQ(t.start({"--ns", "ram:16M", "--stall-timeout", "1s", "--sock-buf", "4096"}), "");
   Session s;
   s.io.set_rcvbuf(4096);
-  ASSERT_EQ(s.open(t.port, kNqn), "");
+  ASSERT_NO_FATAL_FAILURE(start_with_stall_timeout(t, s, {"--sock-buf", "4096"}));
   ASSERT_TRUE(send_reads_unread(s.io, 8, 0));
   // Reading would let the sends go on: just wait past the deadline, then look.
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   EXPECT_EQ(t.stalled("send"), 1u);
   EXPECT_TRUE(s.io.wait_closed(3000)) << "a connection that stopped reading stayed open";
-  EXPECT_NE(read_file(t.dir.file("err")).find("a send made no progress"), std::string::npos)
-      << read_file(t.dir.file("err"));
-  int done = 0;
-  EXPECT_EQ(quiet_host_io(t.port, 3, &done), "");
+  expect_only_that_connection_ended(t, "a send made no progress");
 }
 
 // A host that is slow but moving is not ended: a PDU sent a byte every 300 ms, with a 1 s
 // stall timeout, arrives whole and its command completes.
 TEST(Isolation, SlowButMovingPduIsNotEnded) {
   Target t;
-  ASSERT_EQ(t.start({"--ns", "ram:16M", "--stall-timeout", "1s"}), "");
   Session s;
-  ASSERT_EQ(s.open(t.port, kNqn), "");
+  ASSERT_NO_FATAL_FAILURE(start_with_stall_timeout(t, s));
   nvme::Sqe sqe = nvme::make_io(nvme::io_op::kRead, 1, 0, 8, nvme::Xfer::kTransport, 4096);
   sqe.cid = s.io.next_cid();
   auto capsule = s.io.capsule_bytes(sqe);

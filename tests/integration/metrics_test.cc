@@ -65,20 +65,29 @@ struct HttpAnswer {
   std::string body;
 };
 
-// One HTTP/1.1 request on a fresh connection (Connection: close), read to EOF.
-HttpAnswer http(uint16_t port, const std::string& method, const std::string& path) {
-  HttpAnswer a;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// A TCP connection to 127.0.0.1:`port` whose reads give up after `receive_timeout_s`: the
+// socket, or -1.
+int connect_loopback(uint16_t port, int receive_timeout_s) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{10, 0};
+  timeval tv{receive_timeout_s, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
     ::close(fd);
-    return a;
+    return -1;
   }
+  return fd;
+}
+
+// One HTTP/1.1 request on a fresh connection (Connection: close), read to EOF.
+HttpAnswer http(uint16_t port, const std::string& method, const std::string& path) {
+  HttpAnswer a;
+  const int fd = connect_loopback(port, 10);
+  if (fd < 0) return a;
   std::string req = method + " " + path +
                     " HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: sens-test\r\nAccept: */*\r\n"
                     "Connection: close\r\n" +
@@ -313,17 +322,8 @@ TEST(Metrics, NotFoundAndMethodNotAllowed) {
 // Bytes as they come, on a fresh connection: the status of the answer (0: none) once the
 // server closes, or -1 if it neither answered nor closed within 15 s.
 int raw_http(uint16_t port, const std::string& bytes) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{15, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    ::close(fd);
-    return -2;
-  }
+  const int fd = connect_loopback(port, 15);
+  if (fd < 0) return -2;
   send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   shutdown(fd, SHUT_WR);
   std::string raw;
@@ -369,12 +369,8 @@ TEST(Metrics, BadRequestsAreRefusedAndScrapesGoOn) {
     EXPECT_EQ(http(t.metrics_port, "GET", "/metrics").status, 200) << "after " << what;
   }
   // A client that connects, sends half a request and waits.
-  int stalled = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(t.metrics_port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(stalled, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  const int stalled = connect_loopback(t.metrics_port, 15);  // (it never reads)
+  ASSERT_GE(stalled, 0);
   const std::string half = "GET /metrics HTTP/1.1\r\nHost:";
   send(stalled, half.data(), half.size(), MSG_NOSIGNAL);
   const auto t0 = std::chrono::steady_clock::now();

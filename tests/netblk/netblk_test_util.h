@@ -2,8 +2,10 @@
 // Test helpers: a server on a thread, a raw UDP peer for hand-made datagrams, and a device
 // whose completions the test holds back or fails.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "netblk/client.h"
 #include "netblk/protocol.h"
 #include "netblk/server.h"
 #include "storage/device.h"
@@ -201,5 +204,44 @@ bool eventually(F condition, int timeout_ms = 3000) {
   }
   return true;
 }
+
+// A server on 127.0.0.1, an ephemeral port.
+inline ServerOptions loopback(uint32_t slots = 64) {
+  ServerOptions o;
+  o.listen = "127.0.0.1";
+  o.port = 0;
+  o.slots = slots;
+  return o;
+}
+
+// A client of `st`'s server that gives up after 5 s.
+inline std::unique_ptr<Client> connect_to(const ServerThread& st, uint32_t window = 16) {
+  ClientOptions options;
+  options.window = window;
+  options.give_up_after = 5 * kSecond;
+  std::string error;
+  auto client = Client::connect("127.0.0.1", st.port_text(), options, &error);
+  EXPECT_NE(client, nullptr) << error;
+  return client;
+}
+
+inline std::unique_ptr<storage::Device> ram(const std::string& size = "64M") {
+  std::string error;
+  return storage::Device::open("ram:" + size, &error);
+}
+
+// A file of `size` bytes in /tmp, removed at scope exit.
+struct TempFile {
+  explicit TempFile(uint64_t size) {
+    path = "/tmp/sens-netblk-test-XXXXXX";
+    int fd = mkstemp(path.data());
+    if (fd >= 0) {
+      if (ftruncate(fd, off_t(size)) != 0) path.clear();
+      ::close(fd);
+    }
+  }
+  ~TempFile() { ::unlink(path.c_str()); }
+  std::string path;
+};
 
 }  // namespace sens::netblk::testing

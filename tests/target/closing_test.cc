@@ -65,27 +65,17 @@ long bytes_after_termreq(RawClient& c) {
   }
 }
 
-class ClosingTest : public TargetFixture {
+class ClosingTest : public FileNsFixture {
  protected:
   target::TargetConfig config() override {
-    char name[] = "/var/tmp/sens-closing-XXXXXX";
-    int fd = mkstemp(name);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(ftruncate(fd, 16 << 20), 0);
-    ::close(fd);
-    file_ = name;
     auto c = test_config();
     // nsid 1 answers inline (RAM), nsid 2 later (io_uring): its completions race the TermReq.
-    c.subsystems[0].namespaces = {"ram:16M", "file:" + file_};
+    c.subsystems[0].namespaces = {"ram:16M", "file:" + make_file("sens-closing")};
     c.sock_buf = 4096;  // the target's socket fills after a few KiB
     c.buffer_pool = pool_bytes();
     return c;
   }
   virtual uint64_t pool_bytes() { return 64ull << 20; }
-  void TearDown() override {
-    TargetFixture::TearDown();
-    if (!file_.empty()) ::unlink(file_.c_str());
-  }
   // A session whose host reads slowly (a small receive buffer).
   void open(Session& s) {
     s.admin.set_rcvbuf(4096);
@@ -104,7 +94,6 @@ class ClosingTest : public TargetFixture {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_EQ(bytes_after_termreq(c), 0) << "bytes sent behind the C2HTermReq";
   }
-  std::string file_;
 };
 
 // Reads of the file namespace are at the device when the TermReq is queued; their data and

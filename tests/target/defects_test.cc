@@ -273,22 +273,12 @@ TEST_F(BigRamTest, DeallocateBeyond4GiB) {
 
 // A file namespace (and, where loop devices work, a block device) for the durability and
 // DLFEAT checks: the RAM namespace has nothing to flush and always reads zeroes.
-class FileNsTest : public TargetFixture {
+class FileNsTest : public FileNsFixture {
  protected:
   target::TargetConfig config() override {
-    char name[] = "/var/tmp/sens-defects-XXXXXX";
-    int fd = mkstemp(name);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(ftruncate(fd, 16 << 20), 0);
-    ::close(fd);
-    file_ = name;
     auto c = test_config();
-    c.subsystems = {{kNqn, {"file:" + file_}, {}}};
+    c.subsystems = {{kNqn, {"file:" + make_file("sens-defects")}, {}}};
     return c;
-  }
-  void TearDown() override {
-    TargetFixture::TearDown();
-    if (!file_.empty()) ::unlink(file_.c_str());
   }
   uint64_t cache_flushes() {
     const nlohmann::json stats = target_->stats_json();  // (kept alive for the loop)
@@ -297,7 +287,6 @@ class FileNsTest : public TargetFixture {
     return n;
   }
   uint64_t syncs() { return target_->stats_json()["namespaces"][0]["syncs"].get<uint64_t>(); }
-  std::string file_;
 };
 
 // CC.SHN used to report the shutdown complete without flushing file namespaces.

@@ -2,6 +2,7 @@
 // An in-process target on 127.0.0.1 (port 0: the kernel picks a free one) for each test, and
 // the checks the target tests share.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
@@ -60,6 +61,28 @@ class TargetFixture : public ::testing::Test {
 
   std::unique_ptr<target::Target> target_;
   uint16_t port_ = 0;
+};
+
+// A TargetFixture with a 16 MiB file for a file namespace: config() calls make_file(), the
+// file goes at TearDown.
+class FileNsFixture : public TargetFixture {
+ protected:
+  // Makes file_ ("/var/tmp/PREFIX-XXXXXX") and returns it.
+  const std::string& make_file(const std::string& prefix) {
+    std::string name = "/var/tmp/" + prefix + "-XXXXXX";
+    const int fd = mkstemp(name.data());
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, 16 << 20), 0);
+    ::close(fd);
+    file_ = name;
+    return file_;
+  }
+  void TearDown() override {
+    TargetFixture::TearDown();
+    if (!file_.empty()) ::unlink(file_.c_str());
+  }
+
+  std::string file_;
 };
 
 }  // namespace sens::testing

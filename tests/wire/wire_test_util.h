@@ -1,7 +1,10 @@
 #pragma once
 // Helpers shared by the wire tests: raw little-endian reads and valid headers of every type.
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "wire/pdu.h"
 
@@ -78,6 +81,18 @@ inline HeaderSlot valid_header(uint8_t t, Digests d, uint32_t data_len = 512) {
 // check_common with the receiver and IC phase the type belongs to.
 inline Check check_valid_side(const CommonHeader& ch, Digests d, uint32_t max_plen = kMaxPlen) {
   return check_common(ch, receiver_of(ch.type), d, max_plen, is_ic_type(ch.type));
+}
+
+inline std::string describe(Digests d) {
+  return std::string("hdgst=") + (d.header ? "1" : "0") + " ddgst=" + (d.data ? "1" : "0");
+}
+
+// A refusal with exactly this FES and FEI, and a reason.
+inline void expect_fail(const Check& c, uint16_t fes, uint32_t fei) {
+  EXPECT_FALSE(c) << "accepted";
+  EXPECT_EQ(c.fes, fes) << (c.why ? c.why : "(no why)");
+  EXPECT_EQ(c.fei, fei) << (c.why ? c.why : "(no why)");
+  EXPECT_NE(c.why, nullptr);
 }
 
 }  // namespace sens::pdu::testing

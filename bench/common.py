@@ -1,0 +1,103 @@
+"""What the bench scripts that run one `sens target` child share: a free port, the target
+started (and waited for) and stopped, `sens perf` command lines and their JSON summary, and
+the arguments every such script takes (--sens, --time, --json)."""
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+NQN = "nqn.2026-11.io.sens-target:ram0"  # `sens target`'s default subsystem
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def recv_exact(s, n):
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("the target closed the connection")
+        out += chunk
+    return out
+
+
+def add_common_arguments(ap, time, time_help=None):
+    """--sens (the binary), --time (seconds of each run, default `time`) and --json."""
+    ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
+    ap.add_argument("--time", type=float, default=time, help=time_help)
+    ap.add_argument("--json", default=None, help="write the runs to this file")
+
+
+class Target:
+    """A `sens target` child on a free port of 127.0.0.1 (no discovery port, -q) with `args`,
+    and a JSON-RPC socket if `rpc`; its files go in `work` (a new temporary folder named
+    `prefix`... if None). As a context manager: started and waited for on entry
+    (RPC framework_wait_init, else until the port accepts), stopped on exit."""
+
+    def __init__(self, sens, args, rpc=False, prefix="sens-bench-", work=None):
+        self.sens = sens
+        self.work = work or tempfile.mkdtemp(prefix=prefix)
+        self.port = free_port()
+        self.sock = os.path.join(self.work, "rpc.sock") if rpc else None
+        cmd = [sens, "target", "--listen", f"127.0.0.1:{self.port}", "--discovery-port", "0",
+               "-q"] + (["--rpc", self.sock] if rpc else []) + list(args)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+
+    def wait_ready(self):
+        if self.sock:
+            subprocess.run([self.sens, "rpc", "--socket", self.sock, "--wait", "10",
+                            "framework_wait_init"], check=True, capture_output=True)
+            return
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+
+    def rpc(self, *args):
+        """`sens rpc` on the target's socket (it must succeed): its output."""
+        return subprocess.run([self.sens, "rpc", "--socket", self.sock] + list(args), check=True,
+                              capture_output=True, text=True).stdout
+
+    def stop(self, timeout=30):
+        self.proc.terminate()
+        self.proc.wait(timeout=timeout)
+
+    def __enter__(self):
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def perf_command(a, port, host, args):
+    """`sens perf` against `port` as `host` for a.time seconds (0.3 s warm-up), its report as
+    JSON on stdout; `args` add the workload."""
+    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{host}"
+    return [a.sens, "perf", "-r", trid, "--time", str(a.time), "--warmup", "0.3", "-q", "--json",
+            "-"] + list(args)
+
+
+def perf_summary(out):
+    """IOPS, p99 (us) and errors of a `sens perf --json -` report."""
+    j = json.loads(out[out.index("{"):])
+    return {"iops": j["iops"], "p99_us": j["clat_ns"]["percentile"]["99.000000"] / 1e3,
+            "errors": j["errors"]}
