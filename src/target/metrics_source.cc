@@ -62,6 +62,7 @@ NsIoMetrics* IoMetrics::entry(const std::string& nqn, uint32_t nsid) {
 void IoMetrics::reset() {
   for (auto& [key, e] : entries_) e->reset();
   tls_handshake_failures = 0;
+  for (auto& n : tls_sessions) n = 0;
   for (auto& n : stalled) n = 0;
 }
 
@@ -135,6 +136,7 @@ ReactorSnapshot ReactorContext::collect_metrics() {
   s.reactor = reactor.stats();
   s.coalesce = total_stats();
   s.tls_handshake_failures = io_metrics.tls_handshake_failures;
+  for (int k = 0; k < 2; ++k) s.tls_sessions[k] = io_metrics.tls_sessions[k];
   for (int k = 0; k < 4; ++k) s.stalled[k] = io_metrics.stalled[k];
   s.connections_closed = closed_connections_;
   qos::Counters q = qos.totals();

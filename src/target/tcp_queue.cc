@@ -119,8 +119,10 @@ void TcpQueue::step_handshake() {
     close("TLS handshake failed");
     return;
   }
-  LOG_DEBUG("connection %llu (%s): TLS 1.3 %s, identity '%s'", static_cast<unsigned long long>(id_),
-            endpoint_.peer.c_str(), tls_->cipher().c_str(), tls_->peer_identity().c_str());
+  LOG_DEBUG("connection %llu (%s): TLS 1.3 %s, identity '%s', records by %s",
+            static_cast<unsigned long long>(id_), endpoint_.peer.c_str(), tls_->cipher().c_str(),
+            tls_->peer_identity().c_str(), tls_->records());
+  ++ctx_.io_metrics.tls_sessions[std::strcmp(tls_->records(), "sens") == 0 ? 0 : 1];
   reader_.set_tls(tls_.get());
   sendq_.set_tls(tls_.get());
   state_ = State::kWaitIC;

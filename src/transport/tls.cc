@@ -133,6 +133,12 @@ int use_session(SSL* ssl, const EVP_MD*, const unsigned char** id, size_t* idlen
   return *sess ? 1 : 0;
 }
 
+// OpenSSL announces each secret of the handshake as a key log line; the traffic secrets are
+// what sens's record layer needs (the kernel gets the same from OpenSSL for kTLS).
+void key_log(const SSL* ssl, const char* line) {
+  if (auto* ch = static_cast<TlsChannel*>(SSL_get_app_data(ssl))) ch->key_log(line);
+}
+
 SSL_CTX* new_ctx(bool server, std::string* error) {
   SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
   if (!ctx || SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) != 1 ||
@@ -151,6 +157,7 @@ SSL_CTX* new_ctx(bool server, std::string* error) {
   SSL_CTX_set_default_read_buffer_len(ctx, kReadAhead);
   SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);  // external PSKs only; no resumption tickets
   SSL_CTX_set_num_tickets(ctx, 0);
+  SSL_CTX_set_keylog_callback(ctx, key_log);
   return ctx;
 }
 
@@ -190,9 +197,12 @@ TlsContext::~TlsContext() {
   auth::wipe(psk_.key);
 }
 
-TlsChannel::TlsChannel(TlsContext& ctx, int fd) : ssl_(SSL_new(ctx.ctx())), fd_(fd) {
+TlsChannel::TlsChannel(TlsContext& ctx, int fd)
+    : ssl_(SSL_new(ctx.ctx())), fd_(fd), own_records_(ctx.records() == TlsRecords::kSens) {
   if (!ssl_) return;
   SSL_set_app_data(ssl_, this);
+  // sens takes over the socket after the handshake: OpenSSL must not read past its end.
+  if (own_records_) SSL_set_read_ahead(ssl_, 0);
   BIO* bio = channel_bio(this);
   if (!bio) {
     SSL_free(ssl_);
@@ -208,6 +218,8 @@ TlsChannel::TlsChannel(TlsContext& ctx, int fd) : ssl_(SSL_new(ctx.ctx())), fd_(
 
 TlsChannel::~TlsChannel() {
   SSL_free(ssl_);
+  OPENSSL_cleanse(client_secret_, sizeof client_secret_);
+  OPENSSL_cleanse(server_secret_, sizeof server_secret_);
 }
 
 TlsChannel::Io TlsChannel::classify(int ret, const char* what) {
@@ -247,6 +259,7 @@ TlsChannel::Io TlsChannel::handshake() {
   int r = SSL_do_handshake(ssl_);
   if (r == 1) {
     established_ = true;
+    if (own_records_ && !start_records()) return Io::kError;
     return flush_out();
   }
   Io io = classify(r, "TLS handshake");
@@ -259,6 +272,7 @@ TlsChannel::Io TlsChannel::handshake() {
 }
 
 size_t TlsChannel::read(void* buf, size_t len, Io* io) {
+  if (records_on_) return read_records(buf, len, io);
   size_t n = 0;
   ERR_clear_error();
   int r = SSL_read_ex(ssl_, buf, len, &n);
@@ -321,6 +335,7 @@ size_t TlsChannel::take_delivered() {
 }
 
 size_t TlsChannel::send(const iovec* iov, size_t iovcnt, size_t skip, Io* io) {
+  if (records_on_) return send_records(iov, iovcnt, skip, io);
   *io = flush_out();
   const size_t taken_before = taken_;  // the caller's list starts with these bytes
   size_t delivered = take_delivered();
@@ -373,7 +388,15 @@ size_t TlsChannel::write(const void* buf, size_t len, Io* io) {
 }
 
 bool TlsChannel::pending() const {
+  if (records_on_) return plain_head_ < plain_end_ || buffered_record();
   return ssl_ && SSL_has_pending(ssl_) == 1;
+}
+
+bool TlsChannel::request_key_update() {
+  if (!established_) return false;
+  if (!records_on_) return SSL_key_update(ssl_, SSL_KEY_UPDATE_REQUESTED) == 1;
+  key_update_owed_ = key_update_ask_ = true;
+  return true;
 }
 
 std::string TlsChannel::cipher() const {

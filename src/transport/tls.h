@@ -12,6 +12,7 @@
 #include <string>
 
 #include "auth/dhchap.h"
+#include "transport/tls_records.h"
 
 struct ssl_ctx_st;
 struct ssl_st;
@@ -26,6 +27,12 @@ struct TlsPsk {
   uint8_t hash = 1;  // 1 SHA-256, 2 SHA-384: picks the cipher suite
 };
 
+// Who protects the records once the handshake is done: sens (tls_records.h: encrypted from the
+// caller's pieces into the send batch, decrypted into the caller's buffer; the default), or
+// OpenSSL's own record layer (SSL_read/SSL_write; kept for the tests that check the two
+// against each other).
+enum class TlsRecords { kSens, kOpenSsl };
+
 class TlsContext {
  public:
   // Server: `lookup(identity, &psk, &why)` finds the PSK of an identity a host offers.
@@ -39,6 +46,9 @@ class TlsContext {
   bool is_server() const { return server_; }
   const Lookup& lookup() const { return lookup_; }
   const TlsPsk& psk() const { return psk_; }
+  // For channels made after the call.
+  void use_records(TlsRecords r) { records_ = r; }
+  TlsRecords records() const { return records_; }
 
  private:
   TlsContext() = default;
@@ -46,6 +56,7 @@ class TlsContext {
   bool server_ = false;
   Lookup lookup_;
   TlsPsk psk_;
+  TlsRecords records_ = TlsRecords::kSens;
 };
 
 // Records leave in batches: OpenSSL encrypts each record into the channel's own buffer (the
@@ -85,6 +96,11 @@ class TlsChannel {
   // What went wrong (handshake or I/O), for the log.
   const std::string& error() const { return error_; }
   std::string cipher() const;
+  // Starts a TLS 1.3 KeyUpdate that asks the peer to update too (RFC 8446 4.6.3); it leaves
+  // with the next send(). Long-lived connections may rotate keys; the tests use it.
+  bool request_key_update();
+  // Who protects the records: "sens" or "openssl" (TlsRecords).
+  const char* records() const { return own_records_ ? "sens" : "openssl"; }
   // The server's view: the identity the host used (valid once established).
   const std::string& peer_identity() const { return peer_identity_; }
 
@@ -94,6 +110,7 @@ class TlsChannel {
   int bio_write(const char* buf, int len);
   int bio_read(char* buf, int len);
   bool bio_flush();
+  void key_log(const char* line);
 
  private:
   // Ciphertext of up to 4 full records waits here, plus one record's worth of room.
@@ -107,6 +124,13 @@ class TlsChannel {
     size_t plain;
   };
   Io classify(int ret, const char* what);
+  // sens's record layer (TlsRecords::kSens).
+  bool start_records();
+  size_t send_records(const iovec* iov, size_t iovcnt, size_t skip, Io* io);
+  size_t read_records(void* buf, size_t len, Io* io);
+  bool buffered_record() const;  // a whole record waits in in_
+  Io control_record(const uint8_t* plain, size_t len, uint8_t type);
+  Io fail(Io io, std::string why);
   Io flush_out();           // sends what waits in out_; kOk once it is empty
   size_t take_delivered();  // plaintext of the records now wholly in the kernel
   ::ssl_st* ssl_ = nullptr;
@@ -124,6 +148,22 @@ class TlsChannel {
   size_t gather_len_ = 0;
   uint64_t send_syscalls_ = 0;
   uint64_t recv_syscalls_ = 0;
+  // sens's record layer: the keys of each direction, the traffic secrets OpenSSL's key log
+  // hands over during the handshake (wiped once used), and the received records: ciphertext
+  // in in_ [in_head_, in_tail_), a record's plaintext decrypted in place and not yet taken in
+  // [plain_head_, plain_end_).
+  bool own_records_ = false;
+  bool records_on_ = false;
+  bool key_update_owed_ = false;  // a KeyUpdate of ours leaves with the next records
+  bool key_update_ask_ = false;   // ... asking the peer to update too
+  bool peer_closed_ = false;
+  TlsRecordKeys send_keys_, recv_keys_;
+  uint8_t client_secret_[48] = {}, server_secret_[48] = {};
+  size_t client_secret_len_ = 0, server_secret_len_ = 0;
+  static constexpr size_t kInCap = 64 * 1024 + kTlsHeaderBytes + kTlsMaxCipher;
+  std::unique_ptr<uint8_t[]> in_;
+  size_t in_head_ = 0, in_tail_ = 0;
+  size_t plain_head_ = 0, plain_end_ = 0;
 };
 
 }  // namespace sens::transport

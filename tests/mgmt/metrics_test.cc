@@ -128,11 +128,13 @@ TEST(MetricsText, ResetZeroesCountersButKeepsEntries) {
   e->ops[0].commands = 5;
   e->count_error(2);
   m.tls_handshake_failures = 3;
+  m.tls_sessions[0] = 4;
   m.reset();
   EXPECT_EQ(m.entry("nqn.a", 1), e);  // queues keep pointing at it
   EXPECT_EQ(e->ops[0].commands, 0u);
   EXPECT_TRUE(e->errors.empty());
   EXPECT_EQ(m.tls_handshake_failures, 0u);
+  EXPECT_EQ(m.tls_sessions[0], 0u);
 }
 
 }  // namespace

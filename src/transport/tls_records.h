@@ -1,0 +1,71 @@
+#pragma once
+// TLS 1.3 record protection (RFC 8446 section 5) after OpenSSL's handshake, as the kernel's
+// kTLS does it: OpenSSL negotiates, hands over the traffic secrets (its key log callback), and
+// the records are sealed and opened here with OpenSSL's AEAD (EVP, AES-GCM), so that a record
+// is encrypted straight from the caller's pieces into the send batch (no gather, no copy out
+// of OpenSSL's write buffer) and decrypted straight from the receive buffer into the PDU's
+// place (no copy out of OpenSSL's read buffer). Key derivation is HKDF-Expand-Label through
+// OpenSSL's HKDF; no cryptography is written here.
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct evp_cipher_ctx_st;
+
+namespace sens::transport {
+
+// The 5-byte header and the 16-byte tag around a record's protected bytes.
+inline constexpr size_t kTlsHeaderBytes = 5;
+inline constexpr size_t kTlsTagBytes = 16;
+inline constexpr size_t kTlsMaxPlain = 16384;
+// The largest ciphertext a peer may send (RFC 8446 5.2: 2^14 + 256).
+inline constexpr size_t kTlsMaxCipher = kTlsMaxPlain + 256;
+
+namespace tls_content {
+inline constexpr uint8_t kAlert = 21;
+inline constexpr uint8_t kHandshake = 22;
+inline constexpr uint8_t kApplicationData = 23;
+}  // namespace tls_content
+
+// One direction's keys: the traffic secret, the AEAD key and IV derived from it, and the
+// record sequence number.
+class TlsRecordKeys {
+ public:
+  TlsRecordKeys() = default;
+  ~TlsRecordKeys();
+  TlsRecordKeys(const TlsRecordKeys&) = delete;
+  TlsRecordKeys& operator=(const TlsRecordKeys&) = delete;
+
+  // `suite` is the TLS 1.3 cipher suite (0x1301 or 0x1302); `secret` the traffic secret.
+  bool init(uint16_t suite, const uint8_t* secret, size_t len, bool sealing, std::string* error);
+  // KeyUpdate: the next traffic secret, its key and IV, and sequence 0.
+  bool update(std::string* error);
+  bool ready() const { return ctx_ != nullptr; }
+
+  // Seals `plain` bytes taken from `iov` (from *index / *offset on, which advance) with the
+  // inner content type `type` into `out` (room for header, plain + 1 and the tag). Returns the
+  // record's size.
+  size_t seal(const iovec* iov, size_t iovcnt, size_t* index, size_t* offset, size_t plain,
+              uint8_t type, uint8_t* out);
+  // Opens the record `rec` (header included, `len` bytes) into `out` (room for len - 5 - 16
+  // bytes; may be rec + 5: in place). Returns the inner plaintext length (content type and
+  // padding removed) and sets *type, or -1 if the record does not authenticate or carries no
+  // content type.
+  long open(const uint8_t* rec, size_t len, uint8_t* out, uint8_t* type);
+
+ private:
+  bool derive(std::string* error);
+  void nonce(uint8_t out[12]) const;
+  evp_cipher_ctx_st* ctx_ = nullptr;
+  uint16_t suite_ = 0;
+  bool sealing_ = false;
+  size_t hash_len_ = 0;
+  uint8_t secret_[48] = {};
+  uint8_t key_[32] = {};
+  uint8_t iv_[12] = {};
+  uint64_t seq_ = 0;
+};
+
+}  // namespace sens::transport

@@ -1,0 +1,231 @@
+// sens's TLS record layer (transport/tls_records.h) against OpenSSL's own: each side may use
+// either, so every pairing must carry the same bytes both ways, across key updates asked for
+// by either side, with reads smaller and larger than a record; a record changed on the wire
+// or a header that is not a protected record's ends the connection with an error.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "transport/tls.h"
+
+namespace sens::transport {
+namespace {
+
+struct Pair {
+  explicit Pair(uint8_t hash) {
+    psk.identity = "NVMe1R01 host subsys";
+    psk.key.assign(hash == 2 ? 48 : 32, 0x3c);
+    psk.hash = hash;
+    std::string err;
+    server = TlsContext::server(
+        [this](const std::string& id, TlsPsk* out, std::string*) {
+          *out = psk;
+          return id == psk.identity;
+        },
+        &err);
+    EXPECT_TRUE(server) << err;
+    client = TlsContext::client(psk, &err);
+    EXPECT_TRUE(client) << err;
+  }
+  TlsPsk psk;
+  std::unique_ptr<TlsContext> server, client;
+};
+
+void handshake(TlsChannel& s, TlsChannel& c) {
+  std::thread peer([&] { EXPECT_EQ(s.handshake(), TlsChannel::Io::kOk) << s.error(); });
+  EXPECT_EQ(c.handshake(), TlsChannel::Io::kOk) << c.error();
+  peer.join();
+}
+
+void nonblocking(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// One end of the exchange: what it sends, what it has received.
+struct End {
+  TlsChannel* ch;
+  int fd;
+  const std::vector<uint8_t>* out;
+  size_t sent = 0;
+  bool updated = false;
+  std::vector<uint8_t> got;
+};
+
+// (client records, server records, cipher suite hash)
+using Combo = std::tuple<TlsRecords, TlsRecords, uint8_t>;
+
+class TlsRecordsTest : public ::testing::TestWithParam<Combo> {};
+
+// Both ends send 3 MiB at once in pieces of 24 bytes to 20 KiB from one thread (a channel
+// belongs to one thread), each asks for a key update halfway, and the client reads in 1000-byte
+// calls (smaller than a record: the in-place path) while the server reads in 100 KB calls (the
+// record straight into the caller's buffer).
+TEST_P(TlsRecordsTest, EveryPairingCarriesTheBytesBothWaysAcrossKeyUpdates) {
+  auto [crec, srec, hash] = GetParam();
+  Pair ctx(hash);
+  ASSERT_TRUE(ctx.server && ctx.client);
+  ctx.client->use_records(crec);
+  ctx.server->use_records(srec);
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  TlsChannel s(*ctx.server, sv[0]), c(*ctx.client, sv[1]);
+  handshake(s, c);
+  EXPECT_STREQ(c.records(), crec == TlsRecords::kSens ? "sens" : "openssl");
+  EXPECT_STREQ(s.records(), srec == TlsRecords::kSens ? "sens" : "openssl");
+  EXPECT_EQ(c.cipher(), hash == 2 ? "TLS_AES_256_GCM_SHA384" : "TLS_AES_128_GCM_SHA256");
+  nonblocking(sv[0]);
+  nonblocking(sv[1]);
+  std::mt19937 rng(hash * 7 + int(crec) * 3 + int(srec));
+  std::vector<uint8_t> to_server(3 << 20), to_client(3 << 20);
+  for (auto& b : to_server) b = uint8_t(rng());
+  for (auto& b : to_client) b = uint8_t(rng());
+  End ends[2] = {{&c, sv[1], &to_server}, {&s, sv[0], &to_client}};
+  const size_t read_size[2] = {1000, 100000};
+  std::vector<uint8_t> buf(100000);
+  std::uniform_int_distribution<size_t> piece(24, 20000);
+  for (int rounds = 0; rounds < 200000; ++rounds) {
+    bool progress = false, done = true;
+    for (int e = 0; e < 2; ++e) {
+      End& me = ends[e];
+      TlsChannel::Io io;
+      if (me.sent < me.out->size()) {
+        if (!me.updated && me.sent >= me.out->size() / 2) {
+          ASSERT_TRUE(me.ch->request_key_update());
+          me.updated = true;
+        }
+        iovec v[3];
+        size_t n = 0, off = me.sent;
+        for (; n < 3 && off < me.out->size(); ++n) {
+          size_t len = std::min(piece(rng), me.out->size() - off);
+          v[n] = {const_cast<uint8_t*>(me.out->data()) + off, len};
+          off += len;
+        }
+        size_t k = me.ch->send(v, n, 0, &io);
+        ASSERT_TRUE(io == TlsChannel::Io::kOk || io == TlsChannel::Io::kWantWrite)
+            << me.ch->error();
+        me.sent += k;
+        progress |= k > 0;
+      }
+      for (;;) {
+        size_t k = me.ch->read(buf.data(), read_size[e], &io);
+        if (k == 0) {
+          ASSERT_TRUE(io == TlsChannel::Io::kWantRead) << me.ch->error();
+          break;
+        }
+        me.got.insert(me.got.end(), buf.begin(), buf.begin() + long(k));
+        progress = true;
+      }
+      done &= me.sent == me.out->size() && !me.ch->out_pending();
+    }
+    done &= ends[0].got.size() == to_client.size() && ends[1].got.size() == to_server.size();
+    if (done) break;
+    if (!progress) {
+      pollfd p[2] = {{sv[0], POLLIN | POLLOUT, 0}, {sv[1], POLLIN | POLLOUT, 0}};
+      poll(p, 2, 100);
+    }
+  }
+  ASSERT_EQ(ends[1].got.size(), to_server.size());
+  ASSERT_EQ(ends[0].got.size(), to_client.size());
+  EXPECT_TRUE(ends[1].got == to_server) << "client -> server bytes changed";
+  EXPECT_TRUE(ends[0].got == to_client) << "server -> client bytes changed";
+  ::close(sv[0]);
+  ::close(sv[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pairings, TlsRecordsTest,
+    ::testing::Combine(::testing::Values(TlsRecords::kSens, TlsRecords::kOpenSsl),
+                       ::testing::Values(TlsRecords::kSens, TlsRecords::kOpenSsl),
+                       ::testing::Values(uint8_t(1), uint8_t(2))),
+    [](const ::testing::TestParamInfo<Combo>& i) {
+      auto name = [](TlsRecords r) { return r == TlsRecords::kSens ? "sens" : "openssl"; };
+      return std::string("client_") + name(std::get<0>(i.param)) + "_server_" +
+             name(std::get<1>(i.param)) + (std::get<2>(i.param) == 2 ? "_aes256" : "_aes128");
+    });
+
+// A relay between the client's socket and the server's, stopped after the handshake, so the
+// test can put its own bytes on the server's wire.
+struct Relay {
+  Relay() {
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, b), 0);
+    pump = std::thread([this] {
+      char buf[65536];
+      while (!stop) {
+        pollfd p[2] = {{a[1], POLLIN, 0}, {b[0], POLLIN, 0}};
+        if (poll(p, 2, 20) <= 0) continue;
+        for (int i = 0; i < 2; ++i) {
+          if (!(p[i].revents & POLLIN)) continue;
+          ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+          if (n > 0) {
+            EXPECT_EQ(::write(i == 0 ? b[0] : a[1], buf, size_t(n)), n);
+          }
+        }
+      }
+    });
+  }
+  ~Relay() {
+    stop = true;
+    if (pump.joinable()) pump.join();
+    for (int fd : {a[0], a[1], b[0], b[1]}) ::close(fd);
+  }
+  void halt() {
+    stop = true;
+    pump.join();
+  }
+  int a[2], b[2];  // client on a[0], server on b[1]; the relay joins a[1] and b[0]
+  std::atomic<bool> stop{false};
+  std::thread pump;
+};
+
+TEST(TlsRecords, ARecordChangedOnTheWireFailsAuthentication) {
+  Pair ctx(1);
+  ASSERT_TRUE(ctx.server && ctx.client);
+  Relay r;
+  TlsChannel s(*ctx.server, r.b[1]), c(*ctx.client, r.a[0]);
+  handshake(s, c);
+  r.halt();
+  const char msg[] = "a capsule that must arrive intact";
+  TlsChannel::Io io;
+  ASSERT_EQ(c.write(msg, sizeof msg, &io), sizeof msg) << c.error();
+  std::vector<uint8_t> wire(512);
+  ssize_t n = ::read(r.a[1], wire.data(), wire.size());
+  ASSERT_GT(n, 30);
+  wire[size_t(n) - 20] ^= 0x01;  // one bit of the ciphertext
+  ASSERT_EQ(::write(r.b[0], wire.data(), size_t(n)), n);
+  char got[64];
+  EXPECT_EQ(s.read(got, sizeof got, &io), 0u);
+  EXPECT_EQ(io, TlsChannel::Io::kError);
+  EXPECT_NE(s.error().find("bad_record_mac"), std::string::npos) << s.error();
+}
+
+TEST(TlsRecords, AHeaderThatIsNotAProtectedRecordIsRefused) {
+  // A plaintext handshake record (type 22), and one claiming 40,000 bytes (over 2^14 + 256).
+  for (std::string bad :
+       {std::string("\x16\x03\x03\x00\x05hello", 10), std::string("\x17\x03\x03\x9c\x40", 5)}) {
+    Pair ctx(1);
+    ASSERT_TRUE(ctx.server && ctx.client);
+    Relay r;
+    TlsChannel s(*ctx.server, r.b[1]), c(*ctx.client, r.a[0]);
+    handshake(s, c);
+    r.halt();
+    ASSERT_EQ(::write(r.b[0], bad.data(), bad.size()), ssize_t(bad.size()));
+    char got[64];
+    TlsChannel::Io io;
+    EXPECT_EQ(s.read(got, sizeof got, &io), 0u);
+    EXPECT_EQ(io, TlsChannel::Io::kError);
+    EXPECT_NE(s.error().find("not a TLS 1.3 protected record"), std::string::npos) << s.error();
+  }
+}
+
+}  // namespace
+}  // namespace sens::transport
