@@ -14,8 +14,12 @@
 // sends nothing more: each request ends where it is, unanswered, once nothing else holds it
 // (RequestStates::drop; the device and its own queued PDUs do).
 //
-// The transport drives the machine (TcpQueue::drive, tcp_requests.cc): one function takes a
-// request as far as it can go; events (req_event) only record what happened and call it.
+// The transport drives the machine (TcpQueue::drive, tcp_drive.cc), and nothing else moves a
+// request (tests/request_dispatch.sh checks it): one function takes a request as far as it
+// can go. Events (req_event) only record what happened, and the command sets only record
+// what they decided (ReqAction); both then call drive(), which carries the record out in the
+// state the request is in. Between two drive() passes the state alone says what the request
+// waits for.
 #include <array>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
@@ -37,7 +41,23 @@ inline constexpr uint8_t kDeviceDone = 1;  // WAITING_DEVICE: device I/O or an o
 inline constexpr uint8_t kSent = 2;        // SENDING_DATA / SENDING_RESPONSE: its last PDU left
 inline constexpr uint8_t kQosTokens = 4;   // THROTTLED: a QoS limiter let it go
 inline constexpr uint8_t kAnswer = 8;      // AER: an event to report (answer_status/result)
+inline constexpr uint8_t kCapsule = 16;    // FREE: a capsule took the slot (sqe recorded)
+inline constexpr uint8_t kCapsuleIn = 32;  // NEW: its in-capsule data is in (or it has none)
+inline constexpr uint8_t kRetired = 64;    // AER: a new command took its CID: ends unanswered
 }  // namespace req_event
+
+// What a command set decided for a request in EXECUTING (through CommandQueue), recorded on
+// it until drive() carries it out: the decision's details are on the request too.
+enum class ReqAction : uint8_t {
+  kNone,
+  kRespond,     // answer_status / answer_result -> SENDING_RESPONSE
+  kSendData,    // out_data / out_len / out_stable, then the response -> SENDING_DATA
+  kSubmit,      // io (op, offset, length, buf) to the device -> WAITING_DEVICE
+  kOffload,     // the transport's recorded job to a worker -> WAITING_DEVICE
+  kPark,        // until another thread resumes it -> WAITING_DEVICE
+  kParkAer,     // an Asynchronous Event Request -> AER
+  kDisconnect,  // the last response, then the connection closes -> SENDING_RESPONSE
+};
 
 enum class ReqState : uint8_t {
   kFree,
@@ -80,8 +100,8 @@ struct Request {
   bool fetch = false;           // its data is asked for with R2T
   bool owns_cid = false;        // its CID is marked outstanding on the queue
   uint8_t events = 0;           // req_event bits recorded, not yet consumed
-  uint16_t answer_status = 0;   // with kDeviceDone (offloaded job) or kAnswer (AER event)
-  uint64_t answer_result = 0;   // with kAnswer: the CQE's result
+  uint16_t answer_status = 0;   // kRespond, kAnswer (AER): the CQE's; kDeviceDone: a job's
+  uint64_t answer_result = 0;   // kRespond, kAnswer: the CQE's result
   uint64_t offset = 0;          // device byte offset
   Namespace* ns = nullptr;
   uint32_t walk_next = 0, walk_count = 0;  // range / namespace walks (DSM, flush, shutdown)
@@ -90,6 +110,13 @@ struct Request {
   uint32_t ddgst = 0;
   int64_t started = 0;             // ns: the pass that started it (metrics latency)
   NsIoMetrics* metrics = nullptr;  // an I/O command's counters while it is in flight
+  // Its command set's decision, recorded until drive() carries it out (with answer_*, io).
+  ReqAction action = ReqAction::kNone;
+  const void* out_data = nullptr;  // kSendData: the bytes to send the host
+  uint32_t out_len = 0;
+  uint8_t* out_stable = nullptr;  // kSendData: see CommandQueue::send_data's `stable`
+  // A drive() pass runs for it: an action or event on it only records, that pass goes on.
+  bool driving = false;
 };
 
 // The per-state counts of one queue's requests.

@@ -91,11 +91,7 @@ void TcpQueue::on_authenticated(bool ok) {
 }
 
 void TcpQueue::disconnect(Request& r) {
-  // Close only once the response has left (the socket may be full), with a deadline.
-  states_.advance(r, S::kSendingResponse);
-  auto cqe = nvme::make_cqe(r.sqe.cid, qid_, sqhd_, st::kSuccess, 0, false);
-  pdu::build_capsule_resp(r.resp_hdr.resp, cqe, digests_);
-  send_last({r.resp_hdr.bytes, pdu::finish_header(r.resp_hdr, digests_)});
+  decide(r, ReqAction::kDisconnect);  // its response is the last PDU (drive())
 }
 
 void TcpQueue::keep_alive_changed() {
@@ -106,14 +102,9 @@ void TcpQueue::keep_alive_changed() {
 }
 
 bool TcpQueue::park_aer(Request& r) {
-  if (closing()) {  // no event may be reported after the last PDU
-    drop(r);
-    return true;
-  }
-  if (aer_outstanding_ >= kAerLimit) return false;
-  aer_parked_[aer_outstanding_++] = r.index;
-  states_.advance(r, S::kAer);  // completed by an event; else freed with the queue
-  deliver_events();             // one may be waiting already
+  // Closing, it is dropped instead (drive()), so the limit does not matter then.
+  if (!closing() && aer_outstanding_ >= kAerLimit) return false;
+  decide(r, ReqAction::kParkAer);
   return true;
 }
 

@@ -353,9 +353,6 @@ bool TcpQueue::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& lay
   }
   Slot* slot = take_slot();
   Request& r = slot->req;
-  states_.advance(r, S::kNew);
-  ++active_requests_;
-  ctx_.reactor.add_outstanding(1);  // hybrid polling: an answer is on its way
   r.sqe = cmd.sqe;
   r.buf = buf;
   r.buf_bytes = buf_bytes;
@@ -370,10 +367,10 @@ bool TcpQueue::handle_capsule(const pdu::CapsuleCmd& cmd, const pdu::Layout& lay
   ++commands_;
   if (sq_entries_ > 1) sqhd_ = uint16_t((sqhd_ + 1) % sq_entries_);
   if (qid_ == 0 && ctrl_) last_admin_ = ctx_.reactor.now();
-  if (layout.data_len == 0) {
-    drive(r);  // the capsule is in
-    return !closed_;
-  }
+  // FREE -> NEW; without in-capsule data the capsule is all in, and drive() goes on.
+  r.events = req_event::kCapsule | (layout.data_len == 0 ? req_event::kCapsuleIn : 0);
+  drive(r);
+  if (layout.data_len == 0) return !closed_;
   current_ = &r;
   if (pending == st::kSuccess) {
     r.xfer_len = layout.data_len;
@@ -421,7 +418,9 @@ bool TcpQueue::on_pdu_payload(const pdu::CommonHeader& header, bool digest_ok) {
   if (!r) return true;  // a TermReq's quoted bytes, already handled
   if (!digest_ok && r->pending_status == st::kSuccess) r->pending_status = st::kDataTransferError;
   // The capsule's data, or an H2CData PDU's, is in.
-  if (header.type != uint8_t(pdu::Type::kCapsuleCmd))
+  if (header.type == uint8_t(pdu::Type::kCapsuleCmd))
+    r->events |= req_event::kCapsuleIn;
+  else
     r->received += reinterpret_cast<const pdu::DataHeader&>(header).datal;
   drive(*r);
   return !closed_;
@@ -438,31 +437,10 @@ void TcpQueue::on_reader_buffer(BufferPool::Waiter* w) {
 // ---------------------------------------------------------------------------- send side
 
 void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* stable) {
-  if (closing()) return drop(r);  // nothing may follow the last PDU
-  bool success = sqflow_disabled_ && qid_ != 0;
-  uint8_t flags = pdu::flag::kDataLast | (success ? pdu::flag::kDataSuccess : 0);
-  pdu::build_data(r.data_hdr.data, pdu::Type::kC2HData, r.sqe.cid, 0, 0, len, flags, digests_);
-  uint32_t hl = pdu::finish_header(r.data_hdr, digests_);
-  iovec iov[3];
-  int n = 0;
-  iov[n++] = {r.data_hdr.bytes, hl};
-  iov[n++] = {const_cast<void*>(data), len};
-  const bool digest = digests_.data && len;
-  if (digest) {
-    // Bytes that may change while they wait (a RAM namespace's) get their digest from the
-    // send queue as they leave; a buffer's is taken now, while the device's copy is in cache.
-    if (!stable) r.ddgst = crc32c(data, len);
-    iov[n++] = {&r.ddgst, 4};
-  }
-  states_.advance(r, S::kSendingData);
-  transport::SentCallback sent;
-  if (success) sent = {&TcpQueue::on_resp_sent, this, r.index};  // no response follows
-  if (stable)
-    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent, digest ? &r.ddgst : nullptr);
-  else
-    sendq_.enqueue(iov, n, data_class(), sent);
-  if (!success) return complete(r, st::kSuccess);
-  count_done(r, st::kSuccess);
+  r.out_data = data;
+  r.out_len = len;
+  r.out_stable = stable;
+  decide(r, ReqAction::kSendData);  // sent by drive() (send_c2h_data)
 }
 
 // Straight from a RAM namespace's memory only where nothing else can change those bytes while
@@ -483,19 +461,9 @@ void TcpQueue::send_r2t(Request& r) {
 }
 
 void TcpQueue::complete(Request& r, uint16_t status, uint64_t result) {
-  if (closing()) return drop(r);  // nothing may follow the last PDU
-  count_done(r, status);
-  // Transient conditions may be retried; everything else carries Do Not Retry.
-  // Path errors (SCT 3, ANA) must not carry it: the host retries them on another path.
-  bool dnr = status != st::kSuccess && status != st::kConnectControllerBusy &&
-             status != st::kNsNotReady && (status >> 8) != 3;
-  auto cqe = nvme::make_cqe(r.sqe.cid, qid_, sqhd_, status, uint32_t(result), dnr);
-  cqe.dw1 = uint32_t(result >> 32);
-  pdu::build_capsule_resp(r.resp_hdr.resp, cqe, digests_);
-  uint32_t hl = pdu::finish_header(r.resp_hdr, digests_);
-  iovec iov{r.resp_hdr.bytes, hl};
-  states_.advance(r, S::kSendingResponse);
-  sendq_.enqueue(&iov, 1, data_class(), {&TcpQueue::on_resp_sent, this, r.index});
+  r.answer_status = status;
+  r.answer_result = result;
+  decide(r, ReqAction::kRespond);  // sent by drive() (respond)
 }
 
 }  // namespace sens::target

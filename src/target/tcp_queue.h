@@ -126,6 +126,9 @@ class TcpQueue final : public CommandQueue,
     uint8_t qos_stage = 0;    // the limiters passed: 0 none, 1 the namespace's, 2 the host's too
     uint32_t plan_bytes = 0;  // the buffer its plan asked for (plan_buffer() once let go)
     OffloadDone offload_done = nullptr;  // WAITING_DEVICE on a worker: what runs once back
+    // offload() recorded: the job and its worker, until drive() posts it.
+    WorkerThread* offload_worker = nullptr;
+    std::function<uint16_t()> offload_work;
   };
   struct ReaderWaiter : BufferPool::Waiter {
     TcpQueue* queue = nullptr;
@@ -141,13 +144,21 @@ class TcpQueue final : public CommandQueue,
   // deadline if the host never reads it. Nothing more is read or sent meanwhile (kClosing).
   void send_last(iovec pdu);
 
-  // The request state machine (tcp_requests.cc). drive() alone moves a request from state to
-  // state; the events below record what happened on the request and call it.
+  // The request state machine (tcp_drive.cc). drive() alone moves a request from state to
+  // state; the events below and the command sets' actions (CommandQueue) record what
+  // happened or what was decided on the request and call it.
   Slot* take_slot();
   void drive(Request& r);
+  void run_until_waiting(Request& r);  // drive()'s loop
+  // A command set's decision, recorded on `r`: the drive() pass running for `r` carries it out
+  // (outside one, this starts one).
+  void decide(Request& r, ReqAction action) {
+    r.action = action;
+    if (!r.driving) drive(r);
+  }
   // Closing: ends `r` where it is if nothing else holds it; true when drive() has no more to do.
   bool end_if_closing(Request& r);
-  // Steps drive() takes (none calls another).
+  // Steps drive() takes: each returns to its loop, which takes the next.
   void start(Request& r);  // NEW: checks, the command set's plan, QoS
   // Planned (and past QoS): a buffer of `buffer_bytes` (unless the one it has will do), then
   // R2T or execution.
@@ -156,8 +167,15 @@ class TcpQueue final : public CommandQueue,
   void execute(Request& r);        // READY -> EXECUTING: the command set
   void after_device(Request& r);   // WAITING_DEVICE -> EXECUTING: the command set goes on
   void send_r2t(Request& r);
-  void release(Request& r);  // answered and sent: -> FREE
-  void drop(Request& r);     // closing: -> FREE unanswered
+  // EXECUTING (or NEW, AWAITING_H2C, AER answering): carries out r.action.
+  void carry_out(Request& r);
+  void respond(Request& r, uint16_t status, uint64_t result);  // -> SENDING_RESPONSE
+  void send_c2h_data(Request& r);                              // -> SENDING_DATA
+  void start_device_io(Request& r);                            // -> WAITING_DEVICE
+  void start_offload(Request& r);                              // -> WAITING_DEVICE
+  void send_disconnect_response(Request& r);                   // -> SENDING_RESPONSE, closing
+  void release(Request& r);                                    // answered and sent: -> FREE
+  void drop(Request& r);                                       // closing: -> FREE unanswered
   void free_slot(Request& r);
   // QoS: true when `slot`'s command may go on; false: THROTTLED until on_qos_release().
   bool qos_next(Slot& slot);
