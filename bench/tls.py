@@ -42,8 +42,12 @@ def main():
     ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
     ap.add_argument("--time", type=float, default=3)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--limit", default=None,
+                    help="sens_limit binary for the ceilings (default: beside --sens; 'none': skip)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
+    if a.limit is None:
+        a.limit = os.path.join(os.path.dirname(os.path.abspath(a.sens)), "sens_limit")
     work = tempfile.mkdtemp(prefix="sens-tls-bench-")
     keys = {"TLS_AES_128_GCM_SHA256": psk(work, 1), "TLS_AES_256_GCM_SHA384": psk(work, 2)}
     files = {}
@@ -86,6 +90,7 @@ def main():
     finally:
         target.terminate()
         target.wait(timeout=10)
+    ceilings = limit_ceilings(a) if a.limit != "none" else {}
     print("| workload | plain TCP kIOPS | TLS_AES_128_GCM_SHA256 kIOPS (ratio) | "
           "TLS_AES_256_GCM_SHA384 kIOPS (ratio) |")
     print("|---|---|---|---|")
@@ -97,8 +102,41 @@ def main():
         for name in files:
             cells.append(f"{med[name] / 1e3:.1f} ({med[name] / med['plain TCP']:.2f})")
         print(f"| {wl_name} | " + " | ".join(cells) + " |")
+    if ceilings:
+        print("\nCeilings (`sens_limit --security none|tls`, the same shapes and TLS records with no "
+              "NVMe work, same cores, medians):\n")
+        print("| workload | limit plain kIOPS | limit TLS kIOPS (ratio) | sens plain / limit plain | "
+              "sens TLS-128 / limit TLS |")
+        print("|---|---|---|---|---|")
+        for wl_name, _ in WORKLOADS:
+            lp, lt = ceilings[wl_name]["none"], ceilings[wl_name]["tls"]
+            sp = statistics.median(r["iops"] for r in runs
+                                   if r["workload"] == wl_name and r["mode"] == "plain TCP")
+            st = statistics.median(r["iops"] for r in runs if r["workload"] == wl_name and
+                                   r["mode"] == "TLS_AES_128_GCM_SHA256")
+            print(f"| {wl_name} | {lp / 1e3:.1f} | {lt / 1e3:.1f} ({lt / lp:.2f}) | {sp / lp:.2f} | "
+                  f"{st / lt:.2f} |")
     if a.json:
-        json.dump(runs, open(a.json, "w"), indent=2)
+        json.dump({"runs": runs, "ceilings": ceilings}, open(a.json, "w"), indent=2)
+
+
+def limit_ceilings(a):
+    """sens_limit's IOPS for each workload, plain and TLS, median of --reps (alternated)."""
+    out = {}
+    for wl_name, wl in WORKLOADS:
+        opts = dict(zip(wl[0::2], wl[1::2]))
+        rw = "write" if "write" in opts["--rw"] else "read"
+        got = {"none": [], "tls": []}
+        for _ in range(a.reps):
+            for sec in got:
+                r = subprocess.run([a.limit, "--rw", rw, "--bs", opts["--bs"], "--qd", opts["--qd"],
+                                    "--time", str(a.time), "--security", sec, "--json", "-", "-q"],
+                                   capture_output=True, text=True, timeout=120)
+                if r.returncode != 0:
+                    sys.exit(f"sens_limit --security {sec} failed: {r.stderr}")
+                got[sec].append(json.loads(r.stdout)["iops"])
+        out[wl_name] = {k: statistics.median(v) for k, v in got.items()}
+    return out
 
 
 if __name__ == "__main__":

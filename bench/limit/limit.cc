@@ -64,6 +64,7 @@ struct Options {
   bool write = false;
   uint32_t bs = 4096;
   PollMode poll = PollMode::kBusy;
+  Security security = Security::kNone;
   int target_core = 0;
   int client_core = 1;
   std::string json_path;
@@ -76,14 +77,20 @@ struct Payload {
   Shape request, answer;
 
   explicit Payload(const Options& o) : headers(kCapsuleCmdBytes, 0), data(o.bs, 0x5a) {
-    request.add(headers.data(), kCapsuleCmdBytes);
+    // With digests each header and each data block is followed by its 4-byte CRC32C.
+    const size_t dg = o.security == Security::kDigest ? kDigestBytes : 0;
+    auto add = [&](Shape& s, const char* bytes, size_t size) {
+      s.add(bytes, size);
+      if (dg) s.add(headers.data(), dg);
+    };
+    add(request, headers.data(), kCapsuleCmdBytes);
     if (o.write) {
-      request.add(data.data(), data.size());
-      answer.add(headers.data(), kCapsuleRespBytes);
+      add(request, data.data(), data.size());
+      add(answer, headers.data(), kCapsuleRespBytes);
     } else {
-      answer.add(headers.data(), kC2HDataHeaderBytes);
-      answer.add(data.data(), data.size());
-      answer.add(headers.data(), kCapsuleRespBytes);
+      add(answer, headers.data(), kC2HDataHeaderBytes);
+      add(answer, data.data(), data.size());
+      add(answer, headers.data(), kCapsuleRespBytes);
     }
   }
 };
@@ -93,9 +100,10 @@ void run_target(const Options& o, std::vector<Connection>& conns, Shared& shared
   std::string error;
   if (!pin_to_core(o.target_core, &error)) return shared.fail("target: " + error);
   Payload payload(o);
-  Side side(conns, payload.request, payload.answer, o.poll, shared);
+  Side side(conns, payload.request, payload.answer, o.poll, shared, o.security);
   if (!side.setup_epoll()) return;
   auto answer = [&](Connection& c, uint64_t units) {
+    side.digest_outgoing(units);
     c.out.queued += units * payload.answer.unit_bytes;
   };
   shared.target_ready.store(true);
@@ -123,7 +131,7 @@ void run_client(const Options& o, std::vector<Connection>& conns, Shared& shared
   std::string error;
   if (!pin_to_core(o.client_core, &error)) return shared.fail("client: " + error);
   Payload payload(o);
-  Side side(conns, payload.answer, payload.request, o.poll, shared);
+  Side side(conns, payload.answer, payload.request, o.poll, shared, o.security);
   if (!side.setup_epoll()) return;
   const uint64_t request_bytes = payload.request.unit_bytes;
   for (auto& c : conns) c.submitted.assign(o.qd, 0);
@@ -146,6 +154,7 @@ void run_client(const Options& o, std::vector<Connection>& conns, Shared& shared
   uint64_t answered = 0, measured = 0;
   for (auto& c : conns) {
     for (unsigned i = 0; i < o.qd; ++i) c.submitted[i] = start;
+    side.digest_outgoing(o.qd);
     c.out.queued += o.qd * request_bytes;
   }
   // Completions are stamped when the recv() that finished them returns; the requests they
@@ -160,6 +169,7 @@ void run_client(const Options& o, std::vector<Connection>& conns, Shared& shared
     }
     answered += units;
     if (measuring) measured += units;
+    side.digest_outgoing(units);
     c.out.queued += units * request_bytes;
   };
   while (!shared.stop.load(std::memory_order_relaxed)) {
@@ -250,9 +260,55 @@ bool connect_pairs(unsigned count, std::vector<Connection>* client, std::vector<
   return ok;
 }
 
+// --security tls: a TLS 1.3 session (TLS_AES_128_GCM_SHA256, a random PSK) on every pair,
+// handshaken here, before the threads start; records by sens's record layer.
+bool start_tls(std::vector<Connection>& client, std::vector<Connection>& target,
+               std::unique_ptr<sens::transport::TlsContext>* server_ctx,
+               std::unique_ptr<sens::transport::TlsContext>* client_ctx, std::string* error) {
+  using sens::transport::TlsChannel;
+  using sens::transport::TlsContext;
+  sens::transport::TlsPsk psk;
+  psk.identity = "NVMe0R01 sens_limit client sens_limit target";
+  psk.key.resize(32);
+  std::FILE* r = std::fopen("/dev/urandom", "rb");
+  bool got = r && std::fread(psk.key.data(), 1, psk.key.size(), r) == psk.key.size();
+  if (r) std::fclose(r);
+  if (!got) return *error = "no random bytes for the PSK (/dev/urandom)", false;
+  *server_ctx = TlsContext::server(
+      [psk](const std::string& id, sens::transport::TlsPsk* out, std::string*) {
+        *out = psk;
+        return id == psk.identity;
+      },
+      error);
+  if (!*server_ctx) return false;
+  *client_ctx = TlsContext::client(psk, error);
+  if (!*client_ctx) return false;
+  for (size_t i = 0; i < client.size(); ++i) {
+    client[i].tls = std::make_unique<TlsChannel>(**client_ctx, client[i].fd);
+    target[i].tls = std::make_unique<TlsChannel>(**server_ctx, target[i].fd);
+    const Nanos deadline = sens::monotonic_now() + 5 * sens::kSecond;
+    for (bool c_done = false, t_done = false; !(c_done && t_done);) {
+      for (auto [ch, done] :
+           {std::pair{client[i].tls.get(), &c_done}, std::pair{target[i].tls.get(), &t_done}}) {
+        if (*done) continue;
+        TlsChannel::Io io = ch->handshake();
+        if (io == TlsChannel::Io::kOk) *done = true;
+        if (io == TlsChannel::Io::kError || io == TlsChannel::Io::kClosed)
+          return *error = "TLS handshake: " + ch->error(), false;
+      }
+      if (sens::monotonic_now() > deadline) return *error = "TLS handshake: no end in 5 s", false;
+      pollfd p[2] = {{client[i].fd, POLLIN, 0}, {target[i].fd, POLLIN, 0}};
+      if (!(c_done && t_done)) poll(p, 2, 10);
+    }
+  }
+  return true;
+}
+
 void close_all(std::vector<Connection>& conns) {
-  for (auto& c : conns)
+  for (auto& c : conns) {
+    c.tls.reset();
     if (c.fd >= 0) close(c.fd);
+  }
   conns.clear();
 }
 
@@ -273,7 +329,7 @@ int usage_error(const std::string& msg) {
 
 int limit_main(int argc, char** argv) {
   Options o;
-  std::string rw = "read", bs = "4096", poll = "busy";
+  std::string rw = "read", bs = "4096", poll = "busy", security = "none";
   CLI::App app{
       "sens_limit: the physical ceiling of this machine for NVMe/TCP-shaped traffic. A target "
       "thread and a client thread exchange requests and answers of NVMe/TCP's sizes over "
@@ -297,6 +353,11 @@ int limit_main(int argc, char** argv) {
   app.add_option("--bs", bs, "data bytes per I/O (4096, 4k, 16k, ...)")->capture_default_str();
   app.add_option("--poll", poll,
                  "busy: spin on non-blocking recv/epoll_wait(0); epoll: sleep in epoll_wait")
+      ->capture_default_str();
+  app.add_option("--security", security,
+                 "none; digest: CRC32C over every header and data block sent and received, with "
+                 "the digests on the wire (header and data digests); tls: every byte in TLS 1.3 "
+                 "records (TLS_AES_128_GCM_SHA256, sens's record layer). No NVMe work either way")
       ->capture_default_str();
   app.add_option("--target-core", o.target_core, "core of the target thread (-1: not pinned)")
       ->capture_default_str();
@@ -324,6 +385,15 @@ int limit_main(int argc, char** argv) {
   } else {
     return usage_error("--poll '" + poll + "': expected busy or epoll");
   }
+  if (security == "none") {
+    o.security = Security::kNone;
+  } else if (security == "digest") {
+    o.security = Security::kDigest;
+  } else if (security == "tls") {
+    o.security = Security::kTls;
+  } else {
+    return usage_error("--security '" + security + "': expected none, digest or tls");
+  }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   for (auto [name, core] :
        {std::pair{"--target-core", o.target_core}, std::pair{"--client-core", o.client_core}})
@@ -341,6 +411,14 @@ int limit_main(int argc, char** argv) {
   std::vector<Connection> client_conns, target_conns;
   std::string error;
   if (!connect_pairs(o.queues, &client_conns, &target_conns, &error)) {
+    close_all(client_conns);
+    close_all(target_conns);
+    std::fprintf(stderr, "sens_limit: %s\n", error.c_str());
+    return 1;
+  }
+  std::unique_ptr<sens::transport::TlsContext> server_ctx, client_ctx;
+  if (o.security == Security::kTls &&
+      !start_tls(client_conns, target_conns, &server_ctx, &client_ctx, &error)) {
     close_all(client_conns);
     close_all(target_conns);
     std::fprintf(stderr, "sens_limit: %s\n", error.c_str());
@@ -371,6 +449,7 @@ int limit_main(int argc, char** argv) {
       {"qd", o.qd},
       {"queues", o.queues},
       {"poll", poll},
+      {"security", security},
       {"time_s", o.time_s},
       {"warmup_s", o.warmup_s},
       {"runtime_s", seconds},
@@ -381,9 +460,8 @@ int limit_main(int argc, char** argv) {
       {"lat_p50_us", p50_us},
       {"lat_p99_us", p99_us},
       {"lat_us", lat.summary(1e3)},
-      {"request_bytes", o.write ? kCapsuleCmdBytes + o.bs : kCapsuleCmdBytes},
-      {"answer_bytes",
-       o.write ? kCapsuleRespBytes : kC2HDataHeaderBytes + o.bs + kCapsuleRespBytes},
+      {"request_bytes", Payload(o).request.unit_bytes},
+      {"answer_bytes", Payload(o).answer.unit_bytes},
       {"target_core", o.target_core},
       {"client_core", o.client_core},
       {"target", side_json(target_counters, client.completed)},
@@ -391,9 +469,9 @@ int limit_main(int argc, char** argv) {
   };
   if (!o.quiet)
     std::printf(
-        "%s %u B, %u x QD%u, poll=%s: %.0f IOPS, %.1f MiB/s, avg %.2f us, p50 %.2f us, "
-        "p99 %.2f us\n",
-        o.write ? "write" : "read", o.bs, o.queues, o.qd, poll.c_str(), iops,
+        "%s %u B, %u x QD%u, poll=%s, security=%s: %.0f IOPS, %.1f MiB/s, avg %.2f us, "
+        "p50 %.2f us, p99 %.2f us\n",
+        o.write ? "write" : "read", o.bs, o.queues, o.qd, poll.c_str(), security.c_str(), iops,
         iops * double(o.bs) / double(1 << 20), avg_us, p50_us, p99_us);
   if (!o.json_path.empty()) {
     if (o.json_path == "-") {

@@ -12,12 +12,15 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "common/units.h"
+#include "transport/tls.h"
 
 namespace sens::limit {
 
@@ -27,6 +30,7 @@ using sens::Nanos;
 constexpr size_t kCapsuleCmdBytes = 8 + 64;
 constexpr size_t kC2HDataHeaderBytes = 24;
 constexpr size_t kCapsuleRespBytes = 24;
+constexpr size_t kDigestBytes = 4;  // a header or data digest (CRC32C)
 // recv() size: a loopback segment (64 KiB) per call, and small enough to stay in cache
 // (the copy into it is most of a reader's cost; a larger buffer measured no faster).
 constexpr size_t kRecvBufferBytes = 64 << 10;
@@ -36,6 +40,12 @@ constexpr Nanos kStallTimeout = 5 * sens::kSecond;
 constexpr int kEpollSleepMs = 50;
 
 enum class PollMode { kBusy, kEpoll };
+
+// The secure modes' ceilings: the same work sens does for them, and no NVMe work.
+// kDigest: CRC32C over every byte received (header and data digests are checked) and over
+// each outgoing unit's headers and data (their digests computed), with the 4-byte digests on
+// the wire; kTls: every byte through TLS 1.3 records (AES-128-GCM) of sens's record layer.
+enum class Security { kNone, kDigest, kTls };
 
 // The repeating unit of one direction of a connection's byte stream, as segments (each a
 // header or a data block), so a partially sent unit can be resumed at any byte.
@@ -63,6 +73,8 @@ struct Stream {
 
 struct Connection {
   int fd = -1;
+  // --tls: the connection's TLS 1.3 channel (sens's record layer, as `sens target` uses it).
+  std::unique_ptr<sens::transport::TlsChannel> tls;
   Stream out;
   uint64_t received_partial = 0;  // bytes of an incomplete incoming unit
   bool want_write = false;        // EPOLLOUT registered (epoll mode, send blocked)
@@ -105,13 +117,24 @@ inline std::string errno_text(const char* call) {
 class Side {
  public:
   Side(std::vector<Connection>& conns, const Shape& in, const Shape& out, PollMode poll,
-       Shared& shared)
+       Shared& shared, Security security = Security::kNone)
       : conns_(conns),
         in_(in),
         out_(out),
         poll_(poll),
         shared_(shared),
+        security_(security),
         buffer_(kRecvBufferBytes) {}
+
+  // kDigest: the digests of `units` outgoing units (their headers and data), as a sender
+  // computes them for each PDU it queues.
+  void digest_outgoing(uint64_t units) {
+    if (security_ != Security::kDigest) return;
+    for (uint64_t u = 0; u < units; ++u)
+      for (const auto& g : out_.segments)
+        if (g.size > 4) digest_sink_ ^= sens::crc32c(g.bytes, g.size);  // (not the digests)
+  }
+  uint32_t digest_sink() const { return digest_sink_; }
 
   bool setup_epoll() {
     // A single connection is spun on with recv() directly in busy mode: one syscall per
@@ -154,6 +177,10 @@ class Side {
   // One sendmsg per connection with bytes owed (more only if IOV_MAX cut the first short).
   bool send_all() {
     for (auto& c : conns_) {
+      if (c.tls) {
+        if (!send_tls(c)) return false;
+        continue;
+      }
       while (c.out.owed() > 0) {
         size_t iov_count = fill_iov(c.out);
         msghdr msg{};
@@ -193,9 +220,49 @@ class Side {
     return false;
   }
 
+  // The owed bytes through the channel: records sealed from the iovecs, a batch per send();
+  // what it reports as in the kernel is sent.
+  bool send_tls(Connection& c) {
+    using Io = sens::transport::TlsChannel::Io;
+    while (c.out.owed() > 0) {
+      size_t iov_count = fill_iov(c.out);
+      const uint64_t calls = c.tls->send_syscalls();
+      Io io;
+      size_t n = c.tls->send(iov_.data(), iov_count, 0, &io);
+      counters.send_calls += c.tls->send_syscalls() - calls;
+      c.out.sent += n;
+      if (io == Io::kWantWrite) break;
+      if (io != Io::kOk) return fail("TLS send: " + c.tls->error());
+      if (n == 0) break;
+    }
+    if (poll_ == PollMode::kEpoll && !set_want_write(c, c.out.owed() > 0)) return false;
+    return true;
+  }
+
+  template <typename OnUnits>
+  bool drain_tls(Connection& c, OnUnits& on_units) {
+    using Io = sens::transport::TlsChannel::Io;
+    for (;;) {
+      const uint64_t calls = c.tls->recv_syscalls();
+      Io io;
+      size_t n = c.tls->read(buffer_.data(), buffer_.size(), &io);
+      counters.recv_calls += c.tls->recv_syscalls() - calls;
+      if (n == 0) {
+        if (io == Io::kWantRead) return true;
+        if (shared_.stop.load(std::memory_order_relaxed)) return true;
+        return fail("TLS read: " + c.tls->error());
+      }
+      c.received_partial += n;
+      uint64_t units = c.received_partial / in_.unit_bytes;
+      c.received_partial %= in_.unit_bytes;
+      if (units > 0) on_units(c, units);
+    }
+  }
+
   template <typename OnUnits>
   bool drain(size_t index, OnUnits& on_units) {
     Connection& c = conns_[index];
+    if (c.tls) return drain_tls(c, on_units);
     for (;;) {
       ++counters.recv_calls;
       ssize_t n = recv(c.fd, buffer_.data(), buffer_.size(), MSG_DONTWAIT);
@@ -208,6 +275,8 @@ class Side {
         if (shared_.stop.load(std::memory_order_relaxed)) return true;
         return fail("the peer closed a connection");
       }
+      if (security_ == Security::kDigest)  // every received byte's digest is checked
+        digest_sink_ ^= sens::crc32c(buffer_.data(), size_t(n));
       c.received_partial += uint64_t(n);
       uint64_t units = c.received_partial / in_.unit_bytes;
       c.received_partial %= in_.unit_bytes;
@@ -254,6 +323,8 @@ class Side {
   const Shape& out_;
   PollMode poll_;
   Shared& shared_;
+  Security security_;
+  uint32_t digest_sink_ = 0;  // (so that no CRC is optimized away)
   std::vector<char> buffer_;
   int epoll_fd_ = -1;
   std::vector<epoll_event> events_;

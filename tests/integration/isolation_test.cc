@@ -109,9 +109,10 @@ void start_with_stall_timeout(Target& t, Session& s, std::vector<std::string> ex
 // After the target ended one connection: it logged `reason` (if given), and another host on
 // the same reactor is still served.
 void expect_only_that_connection_ended(Target& t, const char* reason) {
-  if (reason)
+  if (reason) {
     EXPECT_NE(read_file(t.dir.file("err")).find(reason), std::string::npos)
         << read_file(t.dir.file("err"));
+  }
   int done = 0;
   EXPECT_EQ(quiet_host_io(t.port, 3, &done), "");
 }

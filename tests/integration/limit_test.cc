@@ -57,11 +57,28 @@ TEST(Limit, WritesSleepingInEpoll) {
   EXPECT_EQ(j["answer_bytes"], 24);
 }
 
+// The secure modes' ceilings (issue 31): the digests on the wire, and TLS 1.3 records on
+// every connection (with epoll, so a record batch waiting for room must wake the loop).
+TEST(Limit, DigestsAndTlsCarryTheSameShapes) {
+  auto d = run_limit({"--qd", "8", "--security", "digest"});
+  expect_measured(d, 8, "read");
+  EXPECT_EQ(d["security"], "digest");
+  EXPECT_EQ(d["request_bytes"], 72 + 4);
+  EXPECT_EQ(d["answer_bytes"], 24 + 4 + 4096 + 4 + 24 + 4);
+  auto t = run_limit({"--qd", "8", "--queues", "2", "--security", "tls"});
+  expect_measured(t, 8, "read");
+  EXPECT_EQ(t["security"], "tls");
+  expect_measured(run_limit({"--qd", "8", "--rw", "write", "--bs", "16k", "--poll", "epoll",
+                             "--security", "tls"}),
+                  8, "write");
+}
+
 TEST(Limit, RefusesBadOptions) {
   for (std::vector<std::string> bad : {std::vector<std::string>{"--qd", "0"},
                                        {"--rw", "trim"},
                                        {"--bs", "4q"},
                                        {"--poll", "spin"},
+                                       {"--security", "ipsec"},
                                        {"--client-core", "4096"}}) {
     std::vector<std::string> argv = {SENS_LIMIT_BINARY, "--time", "0.1"};
     argv.insert(argv.end(), bad.begin(), bad.end());
