@@ -435,6 +435,21 @@ void TcpQueue::on_reader_buffer(BufferPool::Waiter* w) {
 
 // ---------------------------------------------------------------------------- send side
 
+namespace {
+
+// A zero-copy read's data digest from its namespace's block CRCs (a RAM namespace), taken
+// when the send queue seals it, on this reactor, the one thread that writes the namespace.
+bool digest_from_device(const void* device, const void* bytes, size_t len, uint32_t* crc) {
+  return static_cast<const storage::Device*>(device)->mapped_digest(
+      static_cast<const uint8_t*>(bytes), len, crc);
+}
+
+transport::DigestSource device_digest(const storage::Device& device) {
+  return {&digest_from_device, &device};
+}
+
+}  // namespace
+
 void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* stable) {
   if (closing()) return drop(r);  // nothing may follow the last PDU
   bool success = sqflow_disabled_ && qid_ != 0;
@@ -456,7 +471,8 @@ void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* st
   transport::SentCallback sent;
   if (success) sent = {&TcpQueue::on_resp_sent, this, r.index};  // no response follows
   if (stable)
-    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent, digest ? &r.ddgst : nullptr);
+    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent, digest ? &r.ddgst : nullptr,
+                              digest ? device_digest(*r.ns->device) : transport::DigestSource{});
   else
     sendq_.enqueue(iov, n, data_class(), sent);
   if (!success) return complete(r, st::kSuccess);
