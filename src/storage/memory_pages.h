@@ -18,6 +18,7 @@ struct MemoryPages {
   uint64_t huge_bytes = 0;       // of that, on 2 MiB pages
   uintptr_t address = 0;         // where the bytes start (to find them in /proc/PID/smaps)
   uint64_t block_crc_bytes = 0;  // the CRC32C table of its 4 KiB blocks (4 B per block)
+  bool block_crcs_kept = false;  // kept since a connection with data digests read it
 };
 
 // False (nothing set) unless `device` is a RAM namespace.

@@ -469,7 +469,8 @@ nlohmann::json Target::stats_json() {
                           {"resident_bytes", p.resident_bytes},
                           {"huge_bytes", p.huge_bytes},
                           {"address", p.address},
-                          {"block_crc_table_bytes", p.block_crc_bytes}};
+                          {"block_crc_table_bytes", p.block_crc_bytes},
+                          {"block_crcs_kept", p.block_crcs_kept}};
       namespaces.push_back(entry);
     }
   j["namespaces"] = namespaces;  // syncs: whole-device flushes (shutdown, CC.SHN)

@@ -444,7 +444,8 @@ bool digest_from_device(const void* device, const void* bytes, size_t len, uint3
       static_cast<const uint8_t*>(bytes), len, crc);
 }
 
-transport::DigestSource device_digest(const storage::Device& device) {
+transport::DigestSource device_digest(storage::Device& device) {
+  device.keep_block_crcs();  // from the first read with data digests (a no-op after)
   return {&digest_from_device, &device};
 }
 

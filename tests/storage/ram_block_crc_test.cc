@@ -45,6 +45,7 @@ class RamBlockCrc : public ::testing::Test {
     dev_ = Device::open("ram:" + std::to_string(kDeviceBytes), &error);
     ASSERT_NE(dev_, nullptr) << error;
     queue_ = dev_->make_queue(8);
+    dev_->keep_block_crcs();
   }
   void write(uint64_t offset, uint64_t length, uint64_t seed) {
     std::vector<uint8_t> buf(length);
@@ -105,6 +106,26 @@ TEST_F(RamBlockCrc, RandomMixOfEverything) {
     }
   }
   EXPECT_EQ(check_table(*dev_), "");
+}
+
+// Until someone reads with data digests, writes keep no table (no cost) and the device gives
+// no digest; the first keep_block_crcs() computes every block's CRC from the bytes.
+TEST(RamBlockCrcLate, FirstUseComputesTheTableFromEarlierWrites) {
+  std::string error;
+  auto dev = Device::open("ram:" + std::to_string(kDeviceBytes), &error);
+  ASSERT_NE(dev, nullptr) << error;
+  auto queue = dev->make_queue(8);
+  std::vector<uint8_t> buf(20 * kBlock);
+  fill_pattern(buf.data(), buf.size(), 9, 0);
+  ASSERT_EQ(run_io(*queue, Op::kWrite, 3 * kBlock + 512, buf.size(), buf.data()), 0);
+  ASSERT_EQ(run_io(*queue, Op::kWriteZeroes, 5 * kBlock, 2 * kBlock, nullptr), 0);
+  uint32_t crc = 0;
+  EXPECT_FALSE(dev->mapped_digest(dev->mapped(0, uint32_t(kBlock)), kBlock, &crc));
+  dev->keep_block_crcs();
+  EXPECT_EQ(check_table(*dev), "");
+  ASSERT_EQ(run_io(*queue, Op::kWrite, 30 * kBlock, 512, buf.data()), 0);  // kept from now on
+  dev->keep_block_crcs();                                                  // a no-op now
+  EXPECT_EQ(check_table(*dev), "");
 }
 
 TEST_F(RamBlockCrc, RangesNotMadeOfWholeKeptBlocksAreRefused) {
