@@ -2,7 +2,7 @@
 # A/B: two `sens` binaries (e.g. main before and after a change) on the same workloads,
 # alternating runs so that the machine's drift hits both alike. Target on core 0, perf on
 # core 1, a fresh RAM target per run. Prints every run and the medians (IOPS).
-# Usage: bench/ab.sh OLD_SENS NEW_SENS [REPS] [SECONDS]
+# Usage: bench/ab.sh OLD_SENS NEW_SENS [REPS] [SECONDS]  (AB_WORKLOAD=... picks one workload)
 set -euo pipefail
 OLD=${1:?usage: ab.sh OLD_SENS NEW_SENS [REPS] [SECONDS]}
 NEW=${2:?usage: ab.sh OLD_SENS NEW_SENS [REPS] [SECONDS]}
@@ -14,6 +14,8 @@ TPID=
 WORKLOADS=("--rw randread --bs 4k --qd 1" "--rw randread --bs 4k --qd 32"
            "--rw randread --bs 4k --qd 32 --queues 4" "--rw randwrite --bs 4k --qd 32"
            "--rw randwrite --bs 16k --qd 32")
+# AB_WORKLOAD="--rw randwrite --bs 4k --qd 32": that one workload only.
+if [ -n "${AB_WORKLOAD:-}" ]; then WORKLOADS=("$AB_WORKLOAD"); fi
 
 run() {  # BIN WORKLOAD... -> IOPS
   local bin=$1

@@ -141,6 +141,22 @@ class Device {
     (void)len;
     return nullptr;
   }
+  // For memory-resident devices that keep the CRC32C of their blocks: the data digest of
+  // `len` bytes at `bytes` (a pointer mapped() gave) from those CRCs, without reading the
+  // bytes. False (nothing set) when the range is not made of whole kept blocks: digest the data.
+  // Same thread rules as the bytes: only where no other thread writes them meanwhile.
+  // Answers only once keep_block_crcs() has been called.
+  virtual bool mapped_digest(const uint8_t* bytes, uint64_t len, uint32_t* crc) const {
+    (void)bytes;
+    (void)len;
+    (void)crc;
+    return false;
+  }
+
+  // Someone will want mapped_digest() (a connection with data digests reads the device): a
+  // device that can keep block CRCs starts now (computing them all at once, the first time,
+  // on the calling thread). Before that, writes pay nothing for a table nobody reads.
+  virtual void keep_block_crcs() {}
 
   // A live resize (the management path, never a reactor): `bytes` > 0 sets the size (a file
   // is truncated to it, an RBD image resized); 0 takes the size the backing store has now

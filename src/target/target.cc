@@ -468,7 +468,9 @@ nlohmann::json Target::stats_json() {
                           {"thp_eligible", p.thp_eligible},
                           {"resident_bytes", p.resident_bytes},
                           {"huge_bytes", p.huge_bytes},
-                          {"address", p.address}};
+                          {"address", p.address},
+                          {"block_crc_table_bytes", p.block_crc_bytes},
+                          {"block_crcs_kept", p.block_crcs_kept}};
       namespaces.push_back(entry);
     }
   j["namespaces"] = namespaces;  // syncs: whole-device flushes (shutdown, CC.SHN)

@@ -208,6 +208,8 @@ nlohmann::json TcpQueue::stats_json() const {
   j["recv_copied_payload_bytes"] = reader_.counters().copied_payload_bytes;
   j["sent_bytes"] = sendq_.counters().bytes;
   j["snapshot_bytes"] = sendq_.counters().snapshot_bytes;
+  // Data digests of zero-copy reads taken from a RAM namespace's block CRCs, not the bytes.
+  j["table_digest_bytes"] = sendq_.counters().digest_source_bytes;
   j["requests"] = states_.to_json();
   return j;
 }

@@ -24,6 +24,19 @@ using A = ReqAction;
 namespace ev = req_event;
 
 namespace {
+
+// A zero-copy read's data digest from its namespace's block CRCs (a RAM namespace), taken
+// when the send queue seals it, on this reactor, the one thread that writes the namespace.
+bool digest_from_device(const void* device, const void* bytes, size_t len, uint32_t* crc) {
+  return static_cast<const storage::Device*>(device)->mapped_digest(
+      static_cast<const uint8_t*>(bytes), len, crc);
+}
+
+transport::DigestSource device_digest(storage::Device& device) {
+  device.keep_block_crcs();  // from the first read with data digests (a no-op after)
+  return {&digest_from_device, &device};
+}
+
 constexpr uint8_t kPsdtMask = 0xC0, kPsdtSglContiguous = 0x40, kFuseMask = 0x03;
 }  // namespace
 
@@ -290,7 +303,8 @@ void TcpQueue::send_c2h_data(Request& r) {
   transport::SentCallback sent;
   if (success) sent = {&TcpQueue::on_resp_sent, this, r.index};  // no response follows
   if (stable)
-    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent, digest ? &r.ddgst : nullptr);
+    sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent, digest ? &r.ddgst : nullptr,
+                              digest ? device_digest(*r.ns->device) : transport::DigestSource{});
   else
     sendq_.enqueue(iov, n, data_class(), sent);
   if (!success) return respond(r, st::kSuccess, 0);

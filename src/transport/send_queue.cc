@@ -57,7 +57,8 @@ bool SendQueue::enqueue_last(const iovec* iov, int n, coalesce::PduClass cls, Se
 }
 
 bool SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
-                                   coalesce::PduClass cls, SentCallback sent, uint32_t* digest) {
+                                   coalesce::PduClass cls, SentCallback sent, uint32_t* digest,
+                                   DigestSource digest_source) {
   using coalesce::Policy;
   if (sealed_) {
     ++counters_.refused_sealed;
@@ -78,7 +79,8 @@ bool SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
             {},
             i == changeable ? stable : nullptr,
             i == changeable ? digest : nullptr,
-            at == first};
+            at == first,
+            i == changeable ? digest_source : DigestSource{}};
     iov_.insert(iov_.begin() + long(at), e);
     ++at;
     bytes += uint32_t(iov[i].iov_len);
@@ -144,7 +146,11 @@ void SendQueue::shutdown() {
 }
 
 void SendQueue::seal_digest(Entry& e) {
-  *e.digest = crc32c(e.iov.iov_base, e.iov.iov_len);
+  if (e.digest_source.fn &&
+      e.digest_source.fn(e.digest_source.ctx, e.iov.iov_base, e.iov.iov_len, e.digest))
+    counters_.digest_source_bytes += e.iov.iov_len;
+  else
+    *e.digest = crc32c(e.iov.iov_base, e.iov.iov_len);
   e.digest = nullptr;
 }
 

@@ -22,12 +22,21 @@ struct SentCallback {
   uint64_t arg = 0;
 };
 
+// Where a deferred data digest may come from without reading the bytes (a RAM namespace's
+// table of block CRCs): fn(ctx, bytes, len, &crc) sets crc and returns true, or returns false
+// and the queue digests the bytes. It runs at the moment the digest is sealed.
+struct DigestSource {
+  bool (*fn)(const void* ctx, const void* bytes, size_t len, uint32_t* crc) = nullptr;
+  const void* ctx = nullptr;
+};
+
 struct SendCounters {
   uint64_t sendmsg_calls = 0;  // every sendmsg() attempt, EAGAIN included
   uint64_t bytes = 0;
   uint64_t eagain = 0;
-  uint64_t snapshot_bytes = 0;  // bytes of changeable payload copied because they had to wait
-  uint64_t control_first = 0;   // control PDUs moved ahead of waiting PDUs (socket full)
+  uint64_t snapshot_bytes = 0;       // bytes of changeable payload copied because they had to wait
+  uint64_t digest_source_bytes = 0;  // payload bytes whose data digest a DigestSource gave
+  uint64_t control_first = 0;        // control PDUs moved ahead of waiting PDUs (socket full)
   uint64_t refused_sealed = 0;  // PDUs offered after the last one (an owner bug: none expected)
 };
 
@@ -78,9 +87,10 @@ class SendQueue final : public PassEndHandler {
   // of its later iovecs): it is computed just before those bytes first leave or are copied,
   // so it describes the bytes sent even when a write changes the memory while the PDU waits
   // in its group, and it reads them while they are about to be in cache for the send.
+  // `digest_source`, if given, is asked first at that same moment (see DigestSource).
   bool enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
                           coalesce::PduClass cls, SentCallback sent = {},
-                          uint32_t* digest = nullptr);
+                          uint32_t* digest = nullptr, DigestSource digest_source = {});
 
   // Sends everything queued now (connection closing, or an owner-level decision).
   void flush(coalesce::FlushReason reason);
@@ -105,6 +115,7 @@ class SendQueue final : public PassEndHandler {
     void* stable = nullptr;      // where to copy this iovec's bytes before they wait (or null)
     uint32_t* digest = nullptr;  // where this iovec's CRC32C goes before its bytes leave
     bool pdu_start = false;      // the first iovec of a PDU (PDUs are never split or interleaved)
+    DigestSource digest_source;  // asked for `digest` before the bytes are read
   };
   // Socket full: where a new control PDU goes so that it leaves before the PDUs of other
   // commands that have not started to be sent (after the PDU being sent, and after control

@@ -262,6 +262,69 @@ TEST(SendQueue, DeferredDigestDescribesTheBytesSent) {
   }
 }
 
+// A DigestSource (a RAM namespace's block CRCs) is asked for the deferred digest at the moment
+// the digest is sealed, not at enqueue: a write that lands while the PDU waits in its group
+// updates the source, and the digest on the wire is the one it gives then. When the source
+// declines, the queue digests the bytes.
+struct FakeTable {
+  uint32_t crc = 0;     // what the "table" holds for the block
+  bool answers = true;  // false: the range is not whole blocks, digest the data
+  const void* asked_bytes = nullptr;
+  size_t asked_len = 0;
+  int calls = 0;
+  static bool digest(const void* ctx, const void* bytes, size_t len, uint32_t* crc) {
+    auto* t = const_cast<FakeTable*>(static_cast<const FakeTable*>(ctx));
+    ++t->calls;
+    t->asked_bytes = bytes;
+    t->asked_len = len;
+    if (!t->answers) return false;
+    *crc = t->crc;
+    return true;
+  }
+};
+
+TEST(SendQueue, DigestSourceIsAskedWhenTheDigestIsSealed) {
+  for (bool answers : {true, false}) {
+    Reactor r;
+    Owner o;
+    Pair p(0);
+    auto c = cfg(coalesce::Policy::kUniform);
+    c.pdus = 2;
+    c.timeout = 10 * kSecond;
+    SendQueue q(r, c, o);
+    q.set_fd(p.fd[0]);
+    std::vector<uint8_t> block(4096, 0x11), stable(4096);
+    FakeTable table;
+    table.answers = answers;
+    table.crc = crc32c(block.data(), block.size());
+    uint32_t digest = 0;
+    iovec v[2] = {{block.data(), block.size()}, {&digest, 4}};
+    q.enqueue_changeable(v, 2, 0, stable.data(), coalesce::PduClass::kData, {}, &digest,
+                         {&FakeTable::digest, &table});
+    EXPECT_EQ(table.calls, 0) << "asked before the bytes leave";
+    std::fill(block.begin(), block.end(), 0x22);  // a write lands, then its table entry
+    table.crc = crc32c(block.data(), block.size());
+    char tail = 'T';
+    iovec t{&tail, 1};
+    q.enqueue(&t, 1, coalesce::PduClass::kData);  // the group of 2 leaves
+    std::vector<uint8_t> got;
+    Nanos stop = r.now() + 5 * kSecond;
+    while (got.size() < 4096 + 4 + 1 && r.now() < stop) {
+      drain(p.fd[1], got);
+      r.run_once(1 * kMilli);
+    }
+    ASSERT_EQ(got.size(), 4096u + 4 + 1);
+    uint32_t wire;
+    std::memcpy(&wire, got.data() + 4096, 4);
+    EXPECT_EQ(got[0], 0x22);
+    EXPECT_EQ(wire, crc32c(got.data(), 4096)) << "answers " << answers;
+    EXPECT_EQ(table.calls, 1);
+    EXPECT_EQ(table.asked_bytes, block.data());
+    EXPECT_EQ(table.asked_len, 4096u);
+    EXPECT_EQ(q.counters().digest_source_bytes, answers ? 4096u : 0u);
+  }
+}
+
 // Socket full: an R2T queued behind waiting responses leaves right after the PDU being sent.
 TEST(SendQueue, ControlPduOvertakesWaitingPdusWhenTheSocketIsFull) {
   for (auto policy :
