@@ -21,6 +21,15 @@ def free_port():
     return p
 
 
+def nvme_tls_key(hmac):
+    """A TLS PSK in the NVMe interchange format (`nvme gen-tls-key --hmac=1|2`), or exit."""
+    out = subprocess.run(["nvme", "gen-tls-key", f"--hmac={hmac}"], capture_output=True, text=True)
+    key = out.stdout.strip()
+    if not key.startswith("NVMeTLSkey-1:"):
+        raise SystemExit(f"nvme gen-tls-key failed (nvme-cli is needed): {out.stderr}")
+    return key
+
+
 def recv_exact(s, n):
     out = b""
     while len(out) < n:

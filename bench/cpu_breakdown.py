@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from common import free_port, nvme_tls_key
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 NQN = "nqn.2026-11.io.sens-target:ram0"
@@ -45,14 +47,6 @@ CRYPTO = re.compile(r"(aes|gcm|ghash|gf128|sha|evp|ossl|ssl|tls|cipher|poly|chac
 NET = re.compile(r"(tcp|^ip_|^__ip|ipv4|ipv6|inet|skb|sock|^sk_|^__sk|net_|netif|napi|^dev_|"
                  r"^__dev|loopback|dst|neigh|^nf_|sendmsg|recvmsg|sendto|recvfrom|^__sys_send|"
                  r"^__sys_recv|^do_softirq|^__do_softirq|^net|^lock_sock|^release_sock)")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def bucket(sym, dso, sens_path):
@@ -185,10 +179,7 @@ def main():
     if subprocess.run(["perf", "--version"], capture_output=True).returncode != 0:
         sys.exit("perf is not installed (Debian: apt-get install linux-perf)")
     work = tempfile.mkdtemp(prefix="sens-cpu-breakdown-")
-    key = subprocess.run(["nvme", "gen-tls-key", "--hmac=1"], capture_output=True,
-                         text=True).stdout.strip()
-    if not key.startswith("NVMeTLSkey-1:"):
-        sys.exit("nvme gen-tls-key failed (nvme-cli is needed for the TLS mode)")
+    key = nvme_tls_key(1)
     psk_file = os.path.join(work, "psk")
     open(psk_file, "w").write(key + "\n")
     plain, tls = free_port(), free_port()

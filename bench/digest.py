@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from common import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 NQN = "nqn.2026-11.io.sens-target:ram0"
@@ -28,14 +30,6 @@ WORKLOADS = [("4 KiB randread QD32", ["--rw", "randread", "--bs", "4k", "--qd", 
              ("4 KiB randwrite QD1", ["--rw", "randwrite", "--bs", "4k", "--qd", "1"])]
 MODES = [("none", []), ("header", ["--hdr-digest"]),
          ("header+data", ["--hdr-digest", "--data-digest"])]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def load():

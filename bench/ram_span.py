@@ -9,25 +9,18 @@ Prints Markdown; --json writes every run."""
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from common import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 NQN = "nqn.2026-11.io.sens-target:ram0"
 SPANS = ["1G", "64M"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def main():

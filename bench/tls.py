@@ -14,27 +14,13 @@ import sys
 import tempfile
 import time
 
+from common import free_port, nvme_tls_key
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 NQN = "nqn.2026-11.io.sens-target:ram0"
 WORKLOADS = [("4 KiB randread QD32", ["--rw", "randread", "--bs", "4k", "--qd", "32"]),
              ("16 KiB randwrite QD8", ["--rw", "randwrite", "--bs", "16k", "--qd", "8"])]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def psk(sens_dir, hmac):
-    out = subprocess.run(["nvme", "gen-tls-key", f"--hmac={hmac}"], capture_output=True, text=True)
-    key = out.stdout.strip()
-    if not key.startswith("NVMeTLSkey-1:"):
-        sys.exit(f"nvme gen-tls-key failed: {out.stderr}")
-    return key
 
 
 def main():
@@ -49,7 +35,7 @@ def main():
     if a.limit is None:
         a.limit = os.path.join(os.path.dirname(os.path.abspath(a.sens)), "sens_limit")
     work = tempfile.mkdtemp(prefix="sens-tls-bench-")
-    keys = {"TLS_AES_128_GCM_SHA256": psk(work, 1), "TLS_AES_256_GCM_SHA384": psk(work, 2)}
+    keys = {"TLS_AES_128_GCM_SHA256": nvme_tls_key(1), "TLS_AES_256_GCM_SHA384": nvme_tls_key(2)}
     files = {}
     for name, key in keys.items():
         files[name] = os.path.join(work, name)
