@@ -12,46 +12,20 @@
 #include <thread>
 #include <vector>
 
+#include "tls_test_util.h"
 #include "transport/tls.h"
 
 namespace sens::transport {
 namespace {
 
-// A server and a client context for one PSK.
-struct Contexts {
-  Contexts() {
-    psk.identity = "NVMe0R01 host subsys";
-    psk.key.assign(32, 0x5a);
-    std::string err;
-    server = TlsContext::server(
-        [this](const std::string& id, TlsPsk* out, std::string*) {
-          *out = psk;
-          return id == psk.identity;
-        },
-        &err);
-    EXPECT_TRUE(server) << err;
-    client = TlsContext::client(psk, &err);
-    EXPECT_TRUE(client) << err;
-  }
-  TlsPsk psk;
-  std::unique_ptr<TlsContext> server, client;
-};
-
-// Blocking sockets: each side's handshake waits for the other's messages.
-void handshake(TlsChannel& s, TlsChannel& c) {
-  std::thread peer([&] { EXPECT_EQ(s.handshake(), TlsChannel::Io::kOk) << s.error(); });
-  EXPECT_EQ(c.handshake(), TlsChannel::Io::kOk) << c.error();
-  peer.join();
-}
-
 TEST(TlsChannel, WriteToAClosedPeerFailsWithoutSigpipe) {
   signal(SIGPIPE, SIG_DFL);  // the default action: a raised SIGPIPE ends this test binary
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  Contexts ctx;
+  TlsContexts ctx;
   ASSERT_TRUE(ctx.server && ctx.client);
   TlsChannel s(*ctx.server, sv[0]), c(*ctx.client, sv[1]);
-  handshake(s, c);
+  tls_handshake(s, c);
   const char hello[] = "capsule";
   TlsChannel::Io io;
   EXPECT_GT(c.write(hello, sizeof hello, &io), 0u);
@@ -79,10 +53,10 @@ TEST(TlsChannel, SendBatchesRecordsAndCountsBytesOnceTheyLeave) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   int small = 32 * 1024;
   setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
-  Contexts ctx;
+  TlsContexts ctx;
   ASSERT_TRUE(ctx.server && ctx.client);
   TlsChannel s(*ctx.server, sv[0]), c(*ctx.client, sv[1]);
-  handshake(s, c);
+  tls_handshake(s, c);
   fcntl(sv[1], F_SETFL, fcntl(sv[1], F_GETFL) | O_NONBLOCK);
 
   // 4 MiB in pieces of 24 bytes (a PDU header) and 4 KiB (a block), as a send queue holds them.

@@ -15,36 +15,11 @@
 #include <tuple>
 #include <vector>
 
+#include "tls_test_util.h"
 #include "transport/tls.h"
 
 namespace sens::transport {
 namespace {
-
-struct Pair {
-  explicit Pair(uint8_t hash) {
-    psk.identity = "NVMe1R01 host subsys";
-    psk.key.assign(hash == 2 ? 48 : 32, 0x3c);
-    psk.hash = hash;
-    std::string err;
-    server = TlsContext::server(
-        [this](const std::string& id, TlsPsk* out, std::string*) {
-          *out = psk;
-          return id == psk.identity;
-        },
-        &err);
-    EXPECT_TRUE(server) << err;
-    client = TlsContext::client(psk, &err);
-    EXPECT_TRUE(client) << err;
-  }
-  TlsPsk psk;
-  std::unique_ptr<TlsContext> server, client;
-};
-
-void handshake(TlsChannel& s, TlsChannel& c) {
-  std::thread peer([&] { EXPECT_EQ(s.handshake(), TlsChannel::Io::kOk) << s.error(); });
-  EXPECT_EQ(c.handshake(), TlsChannel::Io::kOk) << c.error();
-  peer.join();
-}
 
 void nonblocking(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -71,14 +46,14 @@ class TlsRecordsTest : public ::testing::TestWithParam<Combo> {};
 // record straight into the caller's buffer).
 TEST_P(TlsRecordsTest, EveryPairingCarriesTheBytesBothWaysAcrossKeyUpdates) {
   auto [crec, srec, hash] = GetParam();
-  Pair ctx(hash);
+  TlsContexts ctx(hash);
   ASSERT_TRUE(ctx.server && ctx.client);
   ctx.client->use_records(crec);
   ctx.server->use_records(srec);
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   TlsChannel s(*ctx.server, sv[0]), c(*ctx.client, sv[1]);
-  handshake(s, c);
+  tls_handshake(s, c);
   EXPECT_STREQ(c.records(), crec == TlsRecords::kSens ? "sens" : "openssl");
   EXPECT_STREQ(s.records(), srec == TlsRecords::kSens ? "sens" : "openssl");
   EXPECT_EQ(c.cipher(), hash == 2 ? "TLS_AES_256_GCM_SHA384" : "TLS_AES_128_GCM_SHA256");
@@ -188,11 +163,11 @@ struct Relay {
 };
 
 TEST(TlsRecords, ARecordChangedOnTheWireFailsAuthentication) {
-  Pair ctx(1);
+  TlsContexts ctx(1);
   ASSERT_TRUE(ctx.server && ctx.client);
   Relay r;
   TlsChannel s(*ctx.server, r.b[1]), c(*ctx.client, r.a[0]);
-  handshake(s, c);
+  tls_handshake(s, c);
   r.halt();
   const char msg[] = "a capsule that must arrive intact";
   TlsChannel::Io io;
@@ -212,11 +187,11 @@ TEST(TlsRecords, AHeaderThatIsNotAProtectedRecordIsRefused) {
   // A plaintext handshake record (type 22), and one claiming 40,000 bytes (over 2^14 + 256).
   for (std::string bad :
        {std::string("\x16\x03\x03\x00\x05hello", 10), std::string("\x17\x03\x03\x9c\x40", 5)}) {
-    Pair ctx(1);
+    TlsContexts ctx(1);
     ASSERT_TRUE(ctx.server && ctx.client);
     Relay r;
     TlsChannel s(*ctx.server, r.b[1]), c(*ctx.client, r.a[0]);
-    handshake(s, c);
+    tls_handshake(s, c);
     r.halt();
     ASSERT_EQ(::write(r.b[0], bad.data(), bad.size()), ssize_t(bad.size()));
     char got[64];
