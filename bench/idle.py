@@ -17,18 +17,10 @@ import subprocess
 import sys
 import time
 
+from common import recv_exact
+
 NQN = "nqn.2026-11.io.sens-target:ram0"
 HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:5ee0c0a5-0000-4000-8000-000000000001"
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 def connect_admin(port):
