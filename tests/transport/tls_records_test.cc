@@ -162,13 +162,21 @@ struct Relay {
   std::thread pump;
 };
 
-TEST(TlsRecords, ARecordChangedOnTheWireFailsAuthentication) {
-  TlsContexts ctx(1);
-  ASSERT_TRUE(ctx.server && ctx.client);
+// A session handshaken through the relay, which then stops: the test writes the server's wire.
+struct RelayedSession {
+  RelayedSession() : s(*ctx.server, r.b[1]), c(*ctx.client, r.a[0]) {
+    tls_handshake(s, c);
+    r.halt();
+  }
+  TlsContexts ctx{1};
   Relay r;
-  TlsChannel s(*ctx.server, r.b[1]), c(*ctx.client, r.a[0]);
-  tls_handshake(s, c);
-  r.halt();
+  TlsChannel s, c;
+};
+
+TEST(TlsRecords, ARecordChangedOnTheWireFailsAuthentication) {
+  RelayedSession t;
+  TlsChannel &s = t.s, &c = t.c;
+  Relay& r = t.r;
   const char msg[] = "a capsule that must arrive intact";
   TlsChannel::Io io;
   ASSERT_EQ(c.write(msg, sizeof msg, &io), sizeof msg) << c.error();
@@ -187,13 +195,9 @@ TEST(TlsRecords, AHeaderThatIsNotAProtectedRecordIsRefused) {
   // A plaintext handshake record (type 22), and one claiming 40,000 bytes (over 2^14 + 256).
   for (std::string bad :
        {std::string("\x16\x03\x03\x00\x05hello", 10), std::string("\x17\x03\x03\x9c\x40", 5)}) {
-    TlsContexts ctx(1);
-    ASSERT_TRUE(ctx.server && ctx.client);
-    Relay r;
-    TlsChannel s(*ctx.server, r.b[1]), c(*ctx.client, r.a[0]);
-    tls_handshake(s, c);
-    r.halt();
-    ASSERT_EQ(::write(r.b[0], bad.data(), bad.size()), ssize_t(bad.size()));
+    RelayedSession t;
+    TlsChannel& s = t.s;
+    ASSERT_EQ(::write(t.r.b[0], bad.data(), bad.size()), ssize_t(bad.size()));
     char got[64];
     TlsChannel::Io io;
     EXPECT_EQ(s.read(got, sizeof got, &io), 0u);
