@@ -79,7 +79,19 @@ bool Child::start(const std::vector<std::string>& argv, const std::string& out_p
   return true;
 }
 
-bool Child::signal(int sig) { return pid_ > 0 && ::kill(pid_, sig) == 0; }
+bool Child::signal(int sig) {
+  if (pid_ <= 0 || ::kill(pid_, sig) != 0) return false;
+  // kill() returns before a child running (or waiting to run) on another core has stopped: a
+  // polling target would still take a command sent meanwhile. Wait until the whole group has.
+  if (sig == SIGSTOP) {
+    int status = 0;
+    pid_t r;
+    do r = waitpid(pid_, &status, WUNTRACED);
+    while (r < 0 && errno == EINTR);
+    return r == pid_ && WIFSTOPPED(status);
+  }
+  return true;
+}
 
 int Child::wait(int timeout_ms) {
   if (pid_ <= 0) return -1;

@@ -36,6 +36,7 @@ class Child {
              const std::string& err_path);
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
+  // SIGSTOP returns once the child has stopped (every thread), not when the signal is sent.
   bool signal(int sig);
   // Waits for the exit; returns the exit code, 128 + signal if killed, or -1 on timeout.
   int wait(int timeout_ms);
