@@ -269,7 +269,18 @@ bool DhExchange::generate(uint8_t group, Bytes* public_value, std::string* error
   return true;
 }
 
-bool DhExchange::derive(View peer_public, Bytes* shared, std::string* error) {
+Bytes DhExchange::prime() const {
+  Bytes p;
+  BIGNUM* bn = nullptr;
+  if (key_ && EVP_PKEY_get_bn_param(key_, OSSL_PKEY_PARAM_FFC_P, &bn) == 1) {
+    p.assign(dh_group_bytes(group_), 0);
+    if (BN_bn2binpad(bn, p.data(), int(p.size())) != int(p.size())) p.clear();
+  }
+  BN_free(bn);
+  return p;
+}
+
+bool DhExchange::derive(View peer_public, Bytes* shared, std::string* error, PeerCheck check) {
   if (!key_) {
     *error = "no DH key generated";
     return false;
@@ -294,10 +305,16 @@ bool DhExchange::derive(View peer_public, Bytes* shared, std::string* error) {
             EVP_PKEY_fromdata(from, &peer, EVP_PKEY_PUBLIC_KEY, params) == 1;
   EVP_PKEY_CTX* ctx = ok ? EVP_PKEY_CTX_new_from_pkey(nullptr, key_, nullptr) : nullptr;
   size_t n = bytes;
-  // The peer's value is checked (1 < y < p - 1, in the prime-order subgroup) before use; the
-  // secret is padded to the group size, as the Linux kernel's kpp writes it.
+  // The peer's value is checked before use (PeerCheck: OpenSSL's quick check is the range,
+  // its full one adds y^q = 1); the secret is padded to the group size, as the Linux kernel's
+  // kpp writes it.
+  EVP_PKEY_CTX* check_ctx = ok ? EVP_PKEY_CTX_new_from_pkey(nullptr, peer, nullptr) : nullptr;
+  ok = ok && check_ctx &&
+       (check == PeerCheck::kFull ? EVP_PKEY_public_check(check_ctx)
+                                  : EVP_PKEY_public_check_quick(check_ctx)) == 1;
+  EVP_PKEY_CTX_free(check_ctx);
   ok = ok && ctx && EVP_PKEY_derive_init(ctx) == 1 && EVP_PKEY_CTX_set_dh_pad(ctx, 1) == 1 &&
-       EVP_PKEY_derive_set_peer_ex(ctx, peer, 1) == 1;
+       EVP_PKEY_derive_set_peer_ex(ctx, peer, 0) == 1;
   if (ok) {
     shared->assign(bytes, 0);
     ok = EVP_PKEY_derive(ctx, shared->data(), &n) == 1 && n == bytes;

@@ -81,6 +81,15 @@ class WipeOnExit {
   std::vector<Bytes*> secrets_;
 };
 
+// How a peer's public value y is checked before use (NIST SP 800-56A rev. 3, 5.6.2.3):
+// kRange: 1 < y < p - 1 (partial validation). The RFC 7919 groups are safe primes, so the
+//   only small subgroup is {1, p - 1}, which this excludes; what is left of an invalid value
+//   can reveal one bit of a private key that serves one exchange only. The Linux kernel's
+//   DH-HMAC-CHAP checks no more outside FIPS mode.
+// kFull: also y^q = 1 (mod p), q = (p - 1) / 2: a full-size exponentiation, about 15x the
+//   cost of the rest of the exchange with ffdhe8192 (100 ms here): for FIPS deployments.
+enum class PeerCheck : uint8_t { kRange, kFull };
+
 // One side of an FFDHE exchange (RFC 7919 groups).
 class DhExchange {
  public:
@@ -91,9 +100,11 @@ class DhExchange {
 
   // A fresh key pair in `group`; its public value g^x, big-endian, padded to the group size.
   bool generate(uint8_t group, Bytes* public_value, std::string* error);
-  // g^xy from the peer's public value (which must be a valid element of the group), padded
-  // to the group size.
-  bool derive(View peer_public, Bytes* shared, std::string* error);
+  // g^xy from the peer's public value (checked as `check` says), padded to the group size.
+  bool derive(View peer_public, Bytes* shared, std::string* error,
+              PeerCheck check = PeerCheck::kRange);
+  // The group's prime p, big-endian (for tests of the checks); empty if no key.
+  Bytes prime() const;
   void reset();
 
  private:

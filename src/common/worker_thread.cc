@@ -1,6 +1,14 @@
 #include "common/worker_thread.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
 
 namespace sens {
 
@@ -34,6 +42,13 @@ size_t WorkerThread::pending() const {
 }
 
 void WorkerThread::loop() {
+  // Linux applies a nice value to the one thread whose id is given.
+  if (nice_ != 0) {
+    const id_t self = static_cast<id_t>(gettid());
+    const int want = std::min(19, getpriority(PRIO_PROCESS, self) + nice_);
+    if (setpriority(PRIO_PROCESS, self, want) != 0)
+      LOG_WARN("%s: cannot set nice %d: %s", name_.c_str(), want, std::strerror(errno));
+  }
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });

@@ -13,7 +13,9 @@ namespace sens {
 
 class WorkerThread {
  public:
-  explicit WorkerThread(std::string name) : name_(std::move(name)) {}
+  // `nice` (0..19) is added to the nice value the thread starts with (at most 19): its work can
+  // wait, the I/O the reactors serve cannot.
+  explicit WorkerThread(std::string name, int nice = 0) : name_(std::move(name)), nice_(nice) {}
   ~WorkerThread() { stop(); }
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
@@ -30,6 +32,7 @@ class WorkerThread {
   void loop();
 
   std::string name_;  // the thread's name (15 characters at most are kept)
+  const int nice_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;

@@ -306,6 +306,8 @@ std::string validate(const TargetConfig& c, std::vector<std::string>* warnings) 
   if (c.dhchap_negotiations > 4096)
     return "--dhchap-negotiations must be in 1..4096 (0: 2 x cores, at least 8), have " +
            std::to_string(c.dhchap_negotiations);
+  if (c.dhchap_nice < 0 || c.dhchap_nice > 19)
+    return "--dhchap-nice must be in 0..19, have " + std::to_string(c.dhchap_nice);
   if (c.dhchap_timeout_ms < 100 || c.dhchap_timeout_ms > 600000)
     return "--dhchap-timeout-ms must be in 100..600000, have " +
            std::to_string(c.dhchap_timeout_ms);

@@ -120,6 +120,14 @@ struct TargetConfig {
   // Each holds its slot for dhchap_timeout_ms at most.
   uint32_t dhchap_negotiations = 0;
   uint32_t dhchap_timeout_ms = 10000;
+  // How much lower (nice, 0..19, added to the target's own) the DH workers run than the
+  // reactors, for machines whose reactors keep their cores busy. 0 by default: on the 2-core
+  // bench (bench/auth_storm.py) 10 or 19 did not lower the I/O's p99 during a storm and made
+  // the storm last longer.
+  int dhchap_nice = 0;
+  // Check a host's DH value fully (y^q = 1 mod p, for FIPS deployments) rather than its range
+  // only (auth::PeerCheck): the full check costs most of an ffdhe8192 negotiation's CPU.
+  bool dhchap_full_check = false;
   std::string stats_json;  // written at exit and on SIGUSR1
   std::string metrics;     // ADDR:PORT of the Prometheus endpoint (src/mgmt); "": none
   bool read_only = false;

@@ -259,8 +259,8 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error,
     } else if (key == "inline_data" || key == "max_h2c_data" || key == "max_io" ||
                key == "queue_size" || key == "max_io_queues" || key == "cores" ||
                key == "poll_max_us" || key == "sock_buf" || key == "max_connections" ||
-               key == "pool_share" || key == "stall_timeout_ms" ||
-               key == "dhchap_negotiations" || key == "dhchap_timeout_ms") {
+               key == "pool_share" || key == "stall_timeout_ms" || key == "dhchap_negotiations" ||
+               key == "dhchap_timeout_ms" || key == "dhchap_nice") {
       if (!json_size(v, key, &n, error)) return false;
       if (n > UINT32_MAX) {
         *error = "config key '" + key + "': too large";
@@ -290,6 +290,8 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error,
         c->dhchap_negotiations = uint32_t(n);
       else if (key == "dhchap_timeout_ms")
         c->dhchap_timeout_ms = uint32_t(n);
+      else if (key == "dhchap_nice")
+        c->dhchap_nice = n > 19 ? 20 : int(n);  // (checked with the rest)
       else
         c->poll_max_us = n;
     } else if (key == "poll") {
@@ -340,6 +342,10 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error,
       (key == "metrics"      ? c->metrics
        : key == "stats_json" ? c->stats_json
                              : c->tls_psk_file) = v.get<std::string>();
+    } else if (key == "dhchap_full_check") {
+      if (!v.is_boolean())
+        return *error = "config key 'dhchap_full_check': expected true or false", false;
+      c->dhchap_full_check = v.get<bool>();
     } else if (key == "strict_nqn") {
       if (!v.is_boolean()) return *error = "config key 'strict_nqn': expected true or false", false;
       c->strict_nqn = v.get<bool>();
@@ -414,6 +420,7 @@ std::string to_json_text(const TargetConfig& c, bool with_secrets) {
   j["max_connections"] = c.max_connections;
   j["dhchap_negotiations"] = c.dhchap_negotiations;
   j["dhchap_timeout_ms"] = c.dhchap_timeout_ms;
+  j["dhchap_nice"] = c.dhchap_nice;
   j["buffer_pool"] = c.buffer_pool;
   j["buffers"] = buffers::layout_name(c.buffers);
   j["receive_budget"] = c.receive_budget;
@@ -422,6 +429,7 @@ std::string to_json_text(const TargetConfig& c, bool with_secrets) {
   j["coalesce"] = coalesce_json(c.coalesce);
   if (!c.stats_json.empty()) j["stats_json"] = c.stats_json;
   if (c.strict_nqn) j["strict_nqn"] = true;
+  if (c.dhchap_full_check) j["dhchap_full_check"] = true;
   if (!c.metrics.empty()) j["metrics"] = c.metrics;
   return j.dump(2);
 }

@@ -165,7 +165,9 @@ DhchapSession::Outcome DhchapSession::reply(const uint8_t* d, uint32_t len) {
   const uint8_t* dhv = c2 + hl;
   if (dhgroup_ != wa::kDhNull) {
     std::string why;
-    if (!dh_.derive({dhv, r.dhvlen}, &session_key_, &why))
+    // (slots_ is set: the CHALLENGE took a slot.)
+    if (!dh_.derive({dhv, r.dhvlen}, &session_key_, &why,
+                    slots_ ? slots_->peer_check() : auth::PeerCheck::kRange))
       return fail(wa::kFailDhgroupUnusable, "the host's DH value is not valid");
   }
   auth::Bytes challenge(c1_, c1_ + hl);

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "auth/dhchap.h"
 #include "common/worker_thread.h"
 
 namespace sens::target {
@@ -43,8 +44,10 @@ class Negotiations {
   using Wake = std::function<void(bool granted)>;
   enum class Admit { kNow, kQueued, kRefused };
 
-  // `limit` negotiations at once; `workers` threads for the DH work.
-  Negotiations(uint32_t limit, std::chrono::milliseconds timeout, uint32_t workers);
+  // `limit` negotiations at once; `workers` threads for the DH work, at nice `worker_nice`;
+  // hosts' DH values checked as `peer_check` says.
+  Negotiations(uint32_t limit, std::chrono::milliseconds timeout, uint32_t workers,
+               int worker_nice = 0, auth::PeerCheck peer_check = auth::PeerCheck::kRange);
   ~Negotiations();
   Negotiations(const Negotiations&) = delete;
   Negotiations& operator=(const Negotiations&) = delete;
@@ -56,6 +59,7 @@ class Negotiations {
   void release(Ticket& t);
   // The worker for the next DH step (round robin).
   WorkerThread& worker();
+  auth::PeerCheck peer_check() const { return peer_check_; }
   // Refuses every waiting ticket and stops the timer thread; then the workers (jobs already
   // running finish). The reactors must still run (a refusal is answered there).
   void stop_waiting();
@@ -79,6 +83,7 @@ class Negotiations {
 
   const uint32_t limit_;
   const std::chrono::milliseconds timeout_;
+  const auth::PeerCheck peer_check_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<Ticket>> held_;  // at most limit_

@@ -280,7 +280,8 @@ Target::Target(TargetConfig config) : config_(std::move(config)) {
   const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   negotiations_ = std::make_unique<Negotiations>(
       dhchap_negotiation_limit(config_), std::chrono::milliseconds(config_.dhchap_timeout_ms),
-      std::clamp(cores / 2, 1u, 4u));
+      std::clamp(cores / 2, 1u, 4u), config_.dhchap_nice,
+      config_.dhchap_full_check ? auth::PeerCheck::kFull : auth::PeerCheck::kRange);
   if (config_.buffers == buffers::Layout::kTyche) {
     std::string why;
     geometry_ = buffers::CacheGeometry::detect(&why);

@@ -162,6 +162,11 @@ int run_target(int argc, char** argv) {
   app.add_option("--dhchap-timeout-ms", cli.dhchap_timeout_ms,
                  "longest a negotiation holds (or waits for) its slot, 100..600000")
       ->default_val(10000);
+  app.add_option("--dhchap-nice", cli.dhchap_nice,
+                 "how much lower (nice, 0..19) the threads that do the DH work run than the "
+                 "reactors, where the reactors keep their cores busy: many hosts negotiating "
+                 "at once then take the CPU the I/O leaves, and take longer")
+      ->default_val(0);
   app.add_option("--max-connections", cli.max_connections,
                  "open connections at most (every queue of every host counts); more are "
                  "refused at accept")
@@ -200,6 +205,10 @@ int run_target(int argc, char** argv) {
                  "'none'. When the default one is taken by another target this one runs "
                  "without; a path given here must be free")
       ->default_str("/var/tmp/sens.sock");
+  app.add_flag("--dhchap-full-check", cli.dhchap_full_check,
+               "check a host's DH value fully (y^q = 1 mod p, SP 800-56A full validation, for "
+               "FIPS deployments) instead of its range only; about 15x the CPU per ffdhe8192 "
+               "negotiation");
   app.add_flag("--strict-nqn", cli.strict_nqn,
                "refuse subsystem names without the 'nqn.' prefix (the Linux target takes them, "
                "and so does sens, with a warning)");
@@ -240,6 +249,7 @@ int run_target(int argc, char** argv) {
   if (given("--max-connections")) cfg.max_connections = cli.max_connections;
   if (given("--dhchap-negotiations")) cfg.dhchap_negotiations = cli.dhchap_negotiations;
   if (given("--dhchap-timeout-ms")) cfg.dhchap_timeout_ms = cli.dhchap_timeout_ms;
+  if (given("--dhchap-nice")) cfg.dhchap_nice = cli.dhchap_nice;
   if (given("--buffer-pool")) {
     auto v = parse_size(buffer_pool);
     if (!v) {
@@ -274,6 +284,7 @@ int run_target(int argc, char** argv) {
   if (given("--ctrl-pdus")) cfg.coalesce.ctrl_pdus = cli.coalesce.ctrl_pdus;
   if (app.count("--stats-json")) cfg.stats_json = cli.stats_json;
   if (cli.strict_nqn) cfg.strict_nqn = true;
+  if (cli.dhchap_full_check) cfg.dhchap_full_check = true;
   if (app.count("--metrics")) cfg.metrics = cli.metrics;
   if (!cfg.metrics.empty()) {
     std::string host;

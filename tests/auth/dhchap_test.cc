@@ -146,6 +146,34 @@ TEST(Ffdhe, RefusesValuesOutsideTheGroup) {
   EXPECT_FALSE(none.derive(pub, &out, &err));
 }
 
+// The range check refuses the order-2 subgroup {1, p - 1} and anything not below p; the full
+// check also refuses p - 2, which lies outside the prime-order subgroup (2 is a square mod
+// these p, -1 is not), and which the range check takes.
+TEST(Ffdhe, RangeCheckRefusesTheSmallSubgroupFullCheckTheNonResidues) {
+  for (uint8_t g : {uint8_t(1), uint8_t(5)}) {
+    SCOPED_TRACE(dh_group_name(g));
+    DhExchange a, b;
+    Bytes pa, pb, out;
+    std::string err;
+    ASSERT_TRUE(a.generate(g, &pa, &err)) << err;
+    ASSERT_TRUE(b.generate(g, &pb, &err)) << err;
+    const Bytes p = a.prime();
+    ASSERT_EQ(p.size(), dh_group_bytes(g));
+    ASSERT_EQ(p.back(), 0xFF);  // (the RFC 7919 primes end in 64 one bits)
+    Bytes p_minus_1 = p, p_minus_2 = p;
+    p_minus_1.back() -= 1;
+    p_minus_2.back() -= 2;
+    for (PeerCheck check : {PeerCheck::kRange, PeerCheck::kFull}) {
+      EXPECT_FALSE(a.derive(p_minus_1, &out, &err, check));
+      EXPECT_FALSE(a.derive(p, &out, &err, check));
+      EXPECT_TRUE(out.empty());
+      ASSERT_TRUE(a.derive(pb, &out, &err, check)) << err;  // an honest value passes both
+    }
+    EXPECT_TRUE(a.derive(p_minus_2, &out, &err, PeerCheck::kRange)) << err;
+    EXPECT_FALSE(a.derive(p_minus_2, &out, &err, PeerCheck::kFull));
+  }
+}
+
 // Secrets are overwritten, not just freed: wipe() and wipe_text() keep the capacity, so the
 // bytes they leave behind can be read back here.
 TEST(Wipe, WipeOnExitOverwritesOnEveryWayOut) {

@@ -3,6 +3,8 @@
 #include "common/worker_thread.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -63,6 +65,20 @@ TEST(WorkerThread, StopWaitsForTheRunningJobAndDropsTheRest) {
   std::promise<void> again;
   ASSERT_TRUE(w.post([&] { again.set_value(); }));
   EXPECT_EQ(again.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
+
+// A worker given a nice value runs its jobs that much below the thread that started it, which
+// keeps its own.
+TEST(WorkerThread, RunsAtItsNiceValue) {
+  const int caller_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  WorkerThread w("test-nice", 7);
+  std::promise<int> seen;
+  ASSERT_TRUE(
+      w.post([&] { seen.set_value(getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()))); }));
+  auto f = seen.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(f.get(), std::min(19, caller_nice + 7));
+  EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(gettid())), caller_nice);
 }
 
 }  // namespace

@@ -82,8 +82,10 @@ class RawAuth {
     if ((*ch)[1] != wa::kIdChallenge) return "no CHALLENGE: " + describe(*ch);
     return "";
   }
-  // The REPLY to `ch` made with `secret` (right or wrong) and a fresh DH key of the group.
-  std::vector<uint8_t> reply(const std::vector<uint8_t>& ch, const std::string& secret) {
+  // The REPLY to `ch` made with `secret` (right or wrong) and a fresh DH key of the group;
+  // `value` (if given) sent as the DH value instead of that key's.
+  std::vector<uint8_t> reply(const std::vector<uint8_t>& ch, const std::string& secret,
+                             const auth::Bytes* value = nullptr) {
     wa::Challenge h;
     std::memcpy(&h, ch.data(), sizeof h);
     const uint8_t* c1 = ch.data() + sizeof h;
@@ -92,6 +94,8 @@ class RawAuth {
     std::string why;
     EXPECT_TRUE(dh.generate(h.dhgid, &pub, &why)) << why;
     EXPECT_TRUE(dh.derive({c1 + h.hl, h.dhvlen}, &session_key, &why)) << why;
+    if (value) pub = *value;
+    if (value) prime_ = dh.prime();
     auto parsed = auth::parse_secret(secret, &why);
     auth::Bytes key = auth::transform_key(*parsed, kHostNqn);
     auth::Bytes challenge = auth::augmented_challenge(h.hashid, session_key, auth::View(c1, h.hl));
@@ -130,27 +134,32 @@ class RawAuth {
     return m[7];
   }
   int next_failure1() { return failure1(receive(20000)); }
+  // The group's prime, kept by the last reply() that sent a value of its own.
+  auth::Bytes prime_;
 
   RawClient c;
 };
 
 class AuthStorm : public ::testing::Test {
  protected:
-  void start(uint32_t negotiations, uint32_t timeout_ms) {
-    ASSERT_EQ(t_.start({"--host-key", std::string(kHostNqn) + "=" + kSecret,
-                        "--dhchap-negotiations", std::to_string(negotiations),
-                        "--dhchap-timeout-ms", std::to_string(timeout_ms), "--queue-size", "64"}),
-              "");
+  void start(uint32_t negotiations, uint32_t timeout_ms, std::vector<std::string> more = {},
+             RpcTarget* t = nullptr) {
+    std::vector<std::string> args = {"--host-key", std::string(kHostNqn) + "=" + kSecret,
+                                     "--dhchap-negotiations", std::to_string(negotiations),
+                                     "--dhchap-timeout-ms", std::to_string(timeout_ms),
+                                     "--queue-size", "64"};
+    args.insert(args.end(), more.begin(), more.end());
+    ASSERT_EQ((t ? t : &t_)->start(args), "");
   }
   nlohmann::json negotiations() { return t_.ok({"stats_get"})["auth"]["negotiations"]; }
   // The library host authenticating in ffdhe8192 (admin and one I/O queue), then a 4 KiB
   // write read back: "" or what failed.
-  std::string library_host_works() {
+  std::string library_host_works(uint16_t port = 0) {
     Reactor reactor;
     host::Controller ctrl(reactor);
     host::TransportId trid;
     trid.traddr = "127.0.0.1";
-    trid.trsvcid = t_.port;
+    trid.trsvcid = port ? port : t_.port;
     trid.subnqn = kSub;
     host::ControllerOptions o;
     o.hostnqn = kHostNqn;
@@ -399,6 +408,35 @@ TEST_F(AuthStorm, WaitingLineIsBounded) {
   // The holder finishing hands its slot on: the first waiter gets its CHALLENGE.
   ASSERT_TRUE(holder.send(holder.reply(ch, kSecret)).ok());
   EXPECT_EQ(holder.receive()[1], wa::kIdSuccess1);
+}
+
+// A host's DH value is checked for its range by default, and fully with --dhchap-full-check:
+// p - 2 (in range, outside the prime-order subgroup) passes the first (the exchange then
+// fails on the response, which the host cannot make) and is refused as unusable by the second.
+// p - 1 is refused by both.
+TEST_F(AuthStorm, HostValueCheckedForRangeOrFully) {
+  constexpr uint8_t kFfdhe2048 = 1;
+  auto failure_for = [](uint16_t port, int minus) {
+    RawAuth h;
+    if (std::string e = h.open(port); !e.empty()) return -100;
+    std::vector<uint8_t> ch;
+    if (std::string e = h.challenge(1, &ch, kFfdhe2048); !e.empty()) return -101;
+    auth::Bytes placeholder;
+    h.reply(ch, kSecret, &placeholder);  // (learns p)
+    auth::Bytes value = h.prime_;
+    if (value.empty()) return -102;
+    value.back() = uint8_t(value.back() - minus);
+    if (!h.send(h.reply(ch, kSecret, &value)).ok()) return -103;
+    return h.next_failure1();
+  };
+  start(8, 10000);
+  EXPECT_EQ(failure_for(t_.port, 2), wa::kFailFailed) << "range check: the response fails";
+  EXPECT_EQ(failure_for(t_.port, 1), wa::kFailDhgroupUnusable);
+  RpcTarget full;
+  start(8, 10000, {"--dhchap-full-check"}, &full);
+  EXPECT_EQ(failure_for(full.port, 2), wa::kFailDhgroupUnusable);
+  EXPECT_EQ(failure_for(full.port, 1), wa::kFailDhgroupUnusable);
+  EXPECT_EQ(library_host_works(full.port), "") << "an honest host authenticates, fully checked";
 }
 
 // The new options are bounded.

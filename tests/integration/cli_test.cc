@@ -290,6 +290,19 @@ const BadInput kBadInputs[] = {
      {},
      R"({"listen": ["127.0.0.1:LISTEN"], "stall_timeout_ms": "soon"})",
      {"config key 'stall_timeout_ms'"}},
+    {"DhchapNiceNegative",
+     {"--dhchap-nice", "-1"},
+     "",
+     {"--dhchap-nice must be in 0..19, have -1"}},
+    {"DhchapNiceOver19", {"--dhchap-nice", "20"}, "", {"--dhchap-nice must be in 0..19, have 20"}},
+    {"ConfigDhchapNiceTooLarge",
+     {},
+     R"({"listen": ["127.0.0.1:LISTEN"], "dhchap_nice": 4000000000})",
+     {"--dhchap-nice must be in 0..19, have 20"}},
+    {"ConfigDhchapNiceNegative",
+     {},
+     R"({"listen": ["127.0.0.1:LISTEN"], "dhchap_nice": -3})",
+     {"config key 'dhchap_nice'"}},
 };
 
 void PrintTo(const BadInput& b, std::ostream* os) {

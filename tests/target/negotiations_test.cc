@@ -36,7 +36,7 @@ TEST(Negotiations, CapWaitsInOrderThenRefuses) {
   Negotiations n(2, 10s, 1);
   Woken woken;
   std::vector<std::shared_ptr<Ticket>> t;
-  for (int i = 0; i < 2 + 2 * Negotiations::kWaitingPerSlot + 1; ++i)
+  for (uint32_t i = 0; i < 2 + 2 * Negotiations::kWaitingPerSlot + 1; ++i)
     t.push_back(std::make_shared<Ticket>());
   EXPECT_EQ(n.acquire(t[0], [&] { return woken.wake(0); }), Negotiations::Admit::kNow);
   EXPECT_EQ(n.acquire(t[1], [&] { return woken.wake(1); }), Negotiations::Admit::kNow);
