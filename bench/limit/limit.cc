@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -63,6 +64,7 @@ struct Options {
   double warmup_s = 0.1;
   bool write = false;
   uint32_t bs = 4096;
+  uint64_t span = 0;  // --span (reads): bytes of the region answers are read from; 0: one block
   PollMode poll = PollMode::kBusy;
   Security security = Security::kNone;
   int target_core = 0;
@@ -89,10 +91,35 @@ struct Payload {
       add(answer, headers.data(), kCapsuleRespBytes);
     } else {
       add(answer, headers.data(), kC2HDataHeaderBytes);
+      answer.spread = answer.segments.size();
       add(answer, data.data(), data.size());
       add(answer, headers.data(), kCapsuleRespBytes);
     }
   }
+};
+
+// The --span region: anonymous memory on transparent huge pages where the kernel gives them
+// (as sens's RAM namespaces ask), written once so that every page is there before the run.
+class SpanRegion {
+ public:
+  explicit SpanRegion(uint64_t bytes) : bytes_(bytes) {
+    if (bytes == 0) return;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    madvise(p, bytes, MADV_HUGEPAGE);
+    std::memset(p, 0x5a, bytes);
+    data_ = static_cast<char*>(p);
+  }
+  ~SpanRegion() {
+    if (data_) munmap(data_, bytes_);
+  }
+  SpanRegion(const SpanRegion&) = delete;
+  SpanRegion& operator=(const SpanRegion&) = delete;
+  const char* data() const { return data_; }
+
+ private:
+  uint64_t bytes_;
+  char* data_ = nullptr;
 };
 
 void run_target(const Options& o, std::vector<Connection>& conns, Shared& shared,
@@ -100,10 +127,16 @@ void run_target(const Options& o, std::vector<Connection>& conns, Shared& shared
   std::string error;
   if (!pin_to_core(o.target_core, &error)) return shared.fail("target: " + error);
   Payload payload(o);
+  SpanRegion region(o.span);
+  if (o.span) {
+    if (!region.data()) return shared.fail("target: no memory for --span");
+    payload.answer.region = region.data();
+    payload.answer.region_blocks = o.span / o.bs;
+  }
   Side side(conns, payload.request, payload.answer, o.poll, shared, o.security);
   if (!side.setup_epoll()) return;
   auto answer = [&](Connection& c, uint64_t units) {
-    side.digest_outgoing(units);
+    side.digest_outgoing(c.out.queued, units);
     c.out.queued += units * payload.answer.unit_bytes;
   };
   shared.target_ready.store(true);
@@ -154,7 +187,7 @@ void run_client(const Options& o, std::vector<Connection>& conns, Shared& shared
   uint64_t answered = 0, measured = 0;
   for (auto& c : conns) {
     for (unsigned i = 0; i < o.qd; ++i) c.submitted[i] = start;
-    side.digest_outgoing(o.qd);
+    side.digest_outgoing(c.out.queued, o.qd);
     c.out.queued += o.qd * request_bytes;
   }
   // Completions are stamped when the recv() that finished them returns; the requests they
@@ -169,7 +202,7 @@ void run_client(const Options& o, std::vector<Connection>& conns, Shared& shared
     }
     answered += units;
     if (measuring) measured += units;
-    side.digest_outgoing(units);
+    side.digest_outgoing(c.out.queued, units);
     c.out.queued += units * request_bytes;
   };
   while (!shared.stop.load(std::memory_order_relaxed)) {
@@ -351,6 +384,12 @@ int limit_main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 60.0));
   app.add_option("--rw", rw, "read or write")->capture_default_str();
   app.add_option("--bs", bs, "data bytes per I/O (4096, 4k, 16k, ...)")->capture_default_str();
+  std::string span = "0";
+  app.add_option("--span", span,
+                 "reads: each answer's data comes from a random block of a region this large "
+                 "(on huge pages), as a RAM namespace's reads do once it outgrows the cache; "
+                 "0: one block, always in cache")
+      ->capture_default_str();
   app.add_option("--poll", poll,
                  "busy: spin on non-blocking recv/epoll_wait(0); epoll: sleep in epoll_wait")
       ->capture_default_str();
@@ -378,6 +417,12 @@ int limit_main(int argc, char** argv) {
   if (!block || *block == 0 || *block > (16u << 20))
     return usage_error("--bs '" + bs + "': expected a size from 1 byte to 16 MiB");
   o.bs = uint32_t(*block);
+  auto span_bytes = sens::parse_size(span);
+  if (!span_bytes || (*span_bytes != 0 && (*span_bytes < o.bs || *span_bytes > (64ull << 30))))
+    return usage_error("--span '" + span + "': expected 0 or a size from --bs to 64 GiB");
+  if (*span_bytes != 0 && o.write)
+    return usage_error("--span applies to reads (the target's answers carry the data)");
+  o.span = *span_bytes;
   if (poll == "busy") {
     o.poll = PollMode::kBusy;
   } else if (poll == "epoll") {
@@ -450,6 +495,7 @@ int limit_main(int argc, char** argv) {
       {"queues", o.queues},
       {"poll", poll},
       {"security", security},
+      {"span", o.span},
       {"time_s", o.time_s},
       {"warmup_s", o.warmup_s},
       {"runtime_s", seconds},
@@ -469,10 +515,11 @@ int limit_main(int argc, char** argv) {
   };
   if (!o.quiet)
     std::printf(
-        "%s %u B, %u x QD%u, poll=%s, security=%s: %.0f IOPS, %.1f MiB/s, avg %.2f us, "
-        "p50 %.2f us, p99 %.2f us\n",
-        o.write ? "write" : "read", o.bs, o.queues, o.qd, poll.c_str(), security.c_str(), iops,
-        iops * double(o.bs) / double(1 << 20), avg_us, p50_us, p99_us);
+        "%s %u B, %u x QD%u, poll=%s, security=%s, span=%s: %.0f IOPS, %.1f MiB/s, avg %.2f "
+        "us, p50 %.2f us, p99 %.2f us\n",
+        o.write ? "write" : "read", o.bs, o.queues, o.qd, poll.c_str(), security.c_str(),
+        o.span ? span.c_str() : "one block", iops, iops * double(o.bs) / double(1 << 20), avg_us,
+        p50_us, p99_us);
   if (!o.json_path.empty()) {
     if (o.json_path == "-") {
       std::printf("%s\n", j.dump(1).c_str());

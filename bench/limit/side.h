@@ -56,10 +56,25 @@ struct Shape {
   };
   std::vector<Segment> segments;
   size_t unit_bytes = 0;
+  // --span: segment `spread` is read, for each unit, from a pseudo-random block of `region`
+  // (region_blocks blocks of its size) instead of from its bytes, as the reads of a RAM
+  // namespace larger than the cache come from pages the cache has lost.
+  size_t spread = SIZE_MAX;
+  const char* region = nullptr;
+  uint64_t region_blocks = 0;
 
   void add(const char* bytes, size_t size) {
     segments.push_back({bytes, size});
     unit_bytes += size;
+  }
+  // Where segment `seg` of the stream's unit number `unit` comes from.
+  const char* bytes_of(size_t seg, uint64_t unit) const {
+    if (seg != spread || region == nullptr) return segments[seg].bytes;
+    uint64_t x = unit + 0x9E3779B97F4A7C15ull;  // splitmix64: a fixed, spread-out sequence
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return region + (x % region_blocks) * segments[seg].size;
   }
 };
 
@@ -128,11 +143,14 @@ class Side {
 
   // kDigest: the digests of `units` outgoing units (their headers and data), as a sender
   // computes them for each PDU it queues.
-  void digest_outgoing(uint64_t units) {
+  // `units` answers queued on a stream that had `queued` bytes before them.
+  void digest_outgoing(uint64_t queued, uint64_t units) {
     if (security_ != Security::kDigest) return;
+    const uint64_t first = queued / out_.unit_bytes;
     for (uint64_t u = 0; u < units; ++u)
-      for (const auto& g : out_.segments)
-        if (g.size > 4) digest_sink_ ^= sens::crc32c(g.bytes, g.size);  // (not the digests)
+      for (size_t seg = 0; seg < out_.segments.size(); ++seg)
+        if (out_.segments[seg].size > 4)  // (not the digests)
+          digest_sink_ ^= sens::crc32c(out_.bytes_of(seg, first + u), out_.segments[seg].size);
   }
   uint32_t digest_sink() const { return digest_sink_; }
 
@@ -291,17 +309,21 @@ class Side {
     iov_.clear();
     iov_bytes_ = 0;
     uint64_t left = s.owed();
+    uint64_t unit = s.sent / out_.unit_bytes;
     uint64_t offset = s.sent % out_.unit_bytes;
     size_t seg = 0;
     while (offset >= out_.segments[seg].size) offset -= out_.segments[seg++].size;
     while (left > 0 && iov_.size() < size_t(IOV_MAX)) {
       const auto& g = out_.segments[seg];
       size_t len = size_t(std::min<uint64_t>(g.size - offset, left));
-      iov_.push_back({const_cast<char*>(g.bytes + offset), len});
+      iov_.push_back({const_cast<char*>(out_.bytes_of(seg, unit) + offset), len});
       iov_bytes_ += len;
       left -= len;
       offset = 0;
-      seg = (seg + 1) % out_.segments.size();
+      if (++seg == out_.segments.size()) {
+        seg = 0;
+        ++unit;
+      }
     }
     return iov_.size();
   }

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Plain TCP against its ceiling (issue 31's goal: at least 0.8x of sens_limit at the same
+shape): `sens perf` 4 KiB random reads over 256 MiB of a RAM namespace (written once first,
+so that reads come from real memory and not the kernel's zero page) at 1 x QD32, 1 x QD128
+and 4 x QD32, against `sens_limit` at the same shapes twice: answering from one 4 KiB block
+(always in cache: the old ceiling) and with --span 256M (each answer from a random block of a
+256 MiB region, as the namespace's reads are). Target and limit target on core 0, hosts on
+core 1; the three runs of a shape alternate, --reps times, medians reported. Prints Markdown;
+--json writes every run."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import free_port
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+NQN = "nqn.2026-11.io.sens-target:ram0"
+SHAPES = [(1, 32), (1, 128), (4, 32)]
+SPAN = "256M"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
+    ap.add_argument("--limit", default=None, help="sens_limit binary (default: beside --sens)")
+    ap.add_argument("--time", type=float, default=3)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    if a.reps < 1 or a.time <= 0:
+        sys.exit("--reps must be >= 1 and --time > 0")
+    limit = a.limit or os.path.join(os.path.dirname(os.path.abspath(a.sens)), "sens_limit")
+    work = tempfile.mkdtemp(prefix="sens-plain-limit-")
+    out_path = os.path.join(work, "target.out")
+    port = free_port()
+    with open(out_path, "w") as out:
+        target = subprocess.Popen(
+            ["taskset", "-c", "0", a.sens, "target", "--listen", f"127.0.0.1:{port}",
+             "--discovery-port", "0", "--rpc", os.path.join(work, "rpc.sock"), "--ns", "ram:1G"],
+            stdout=out, stderr=subprocess.STDOUT, text=True)
+    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}"
+    runs = []
+
+    def perf(args):
+        cmd = ["taskset", "-c", "1", a.sens, "perf", "-r", trid, "--warmup", "0.5", "-q",
+               "--json", "-"] + args
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            sys.exit(f"sens perf {' '.join(args)} failed: {r.stderr}{r.stdout}")
+        return json.loads(r.stdout[r.stdout.index("{"):])
+
+    def ceiling(queues, qd, span):
+        cmd = [limit, "--rw", "read", "--bs", "4k", "--qd", str(qd), "--queues", str(queues),
+               "--time", str(a.time), "--span", span, "--json", "-", "-q"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.time + 120)
+        if r.returncode != 0:
+            sys.exit(f"sens_limit failed: {r.stderr}")
+        return json.loads(r.stdout)["iops"]
+
+    try:
+        deadline = time.time() + 10
+        while "management:" not in open(out_path).read():
+            if time.time() > deadline or target.poll() is not None:
+                sys.exit(f"sens target did not start: {open(out_path).read()}")
+            time.sleep(0.1)
+        perf(["--rw", "write", "--bs", "128k", "--qd", "8", "--size", SPAN, "--prefill",
+              "--time", "0.2"])
+        for rep in range(a.reps):
+            for queues, qd in SHAPES:
+                shape = f"{queues} x QD{qd}"
+                job = perf(["--rw", "randread", "--bs", "4k", "--qd", str(qd), "--queues",
+                            str(queues), "--size", SPAN, "--time", str(a.time)])
+                runs.append({"shape": shape, "rep": rep, "what": "sens", "iops": job["iops"]})
+                for span in ("0", SPAN):
+                    runs.append({"shape": shape, "rep": rep, "what": f"limit span {span}",
+                                 "iops": ceiling(queues, qd, span)})
+    finally:
+        target.terminate()
+        target.wait(timeout=10)
+
+    def med(shape, what):
+        return statistics.median(r["iops"] for r in runs if r["shape"] == shape and
+                                 r["what"] == what)
+
+    print(f"4 KiB random reads over {SPAN}, target core 0, host core 1, medians of {a.reps}\n")
+    print("| shape | sens kIOPS | limit, one block kIOPS | sens / it | limit, span "
+          f"{SPAN} kIOPS | sens / it |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for queues, qd in SHAPES:
+        shape = f"{queues} x QD{qd}"
+        s, one, span = med(shape, "sens"), med(shape, "limit span 0"), med(shape, f"limit span {SPAN}")
+        print(f"| {shape} | {s / 1e3:.1f} | {one / 1e3:.1f} | {s / one:.2f} | {span / 1e3:.1f} | "
+              f"{s / span:.2f} |")
+    if a.json:
+        json.dump({"runs": runs}, open(a.json, "w"), indent=2)
+
+
+if __name__ == "__main__":
+    main()
