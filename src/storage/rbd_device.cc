@@ -369,9 +369,13 @@ class RbdQueue final : public Queue {
         retry_later(op, wait);
         return 0;
       }
-      LOG_WARN("rbd %s/%s: librbd refused an operation for %.1f s (%s): failing it",
-               device_.spec().pool.c_str(), device_.spec().image.c_str(),
-               double(RetryBackoff::kGiveUpAfter) / kSecond, errno_text(int(res)).c_str());
+      if (uint64_t held = 0; refused_log_.allow(monotonic_now(), &held))
+        LOG_WARN(
+            "rbd %s/%s: librbd refused an operation for %.1f s (%s): failing it (%llu more "
+            "since the last line)",
+            device_.spec().pool.c_str(), device_.spec().image.c_str(),
+            double(RetryBackoff::kGiveUpAfter) / kSecond, errno_text(int(res)).c_str(),
+            static_cast<unsigned long long>(held));
       return finish(op, int(res));
     }
     if (res < 0) return finish(op, int(res));
@@ -438,6 +442,7 @@ class RbdQueue final : public Queue {
 
   RbdDevice& device_;
   const RecordLease* lease_;
+  LogThrottle refused_log_{kSecond};  // (completions run on the queue's owner thread)
   OperationSlots<Operation> slots_;
   std::atomic<Operation*> done_{nullptr};  // pushed by librbd's threads, taken by reap()
   int event_fd_ = -1;

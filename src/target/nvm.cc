@@ -303,10 +303,16 @@ void device_done(CommandQueue& q, Request& r) {
   if (r.io.result != 0) {
     bool transient;
     uint16_t status = device_status(r, &transient);
-    LOG_WARN("namespace %u: device %s at %llu failed: %s%s", r.ns ? r.ns->nsid : 0,
-             r.io.op == storage::Op::kRead ? "read" : "I/O",
-             static_cast<unsigned long long>(r.io.offset), std::strerror(-r.io.result),
-             transient ? " (the host may retry)" : "");
+    // Every failure gets its status; the log gets one line a second per reactor.
+    thread_local LogThrottle throttle(kSecond);
+    if (uint64_t held = 0; throttle.allow(monotonic_now(), &held)) {
+      const std::string more =
+          held ? " (" + std::to_string(held) + " more failures since the last line)" : "";
+      LOG_WARN("namespace %u: device %s at %llu failed: %s%s%s", r.ns ? r.ns->nsid : 0,
+               r.io.op == storage::Op::kRead ? "read" : "I/O",
+               static_cast<unsigned long long>(r.io.offset), std::strerror(-r.io.result),
+               transient ? " (the host may retry)" : "", more.c_str());
+    }
     return q.complete(r, status);
   }
   switch (r.io.op) {
