@@ -5,7 +5,9 @@ once. Each storm host is a raw NVMe/TCP admin queue (ICReq, Connect, AUTH_Send/A
 that runs the whole exchange and checks SUCCESS1; a host refused for lack of a negotiation slot
 tries again after 1 to 2 s, as a host's reconnect would. The storm hosts use a short DH
 exponent (their side stays cheap; the target's side is the full ffdhe8192 work: key
-generation, the check of the host's value, the shared secret). Reports the verified run's
+generation, the check of the host's value, the shared secret). As in the other benches the
+target runs on core 0 (its reactor pinned there, its DH workers on the cores it was given: the
+same core) and `sens perf` on core 1; the storm hosts are not pinned. Reports the verified run's
 p99 quiet and under the storm, its errors, and how the storm went (authenticated, refusals,
 the target's negotiation counters) as a Markdown table; --json writes the runs. Numbers depend
 on the machine: say how busy it was."""
@@ -273,7 +275,8 @@ def storm_in_child(a, port, key, p, deadline):
 def perf(a, port, secret):
     cmd = perf_command(a, port, PERF_HOST, ["--dhchap-secret", secret, "--rw", "randrw", "--bs",
                                             "4k", "--qd", "4", "--size", "64M", "--verify"])
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(["taskset", "-c", "1"] + cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def summary(proc):
@@ -309,7 +312,7 @@ def main():
     args += ["--dhchap-nice", str(a.dhchap_nice)] if a.dhchap_nice is not None else []
     args += ["--dhchap-full-check"] if a.full_check else []
     pairs = []
-    with Target(a.sens, args, rpc=True, prefix="sens-auth-storm-") as target:
+    with Target(a.sens, args, rpc=True, prefix="sens-auth-storm-", core=0) as target:
         port = target.port
         for rep in range(a.reps):
             quiet = summary(perf(a, port, secret))

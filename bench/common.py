@@ -50,16 +50,18 @@ def add_common_arguments(ap, time, time_help=None):
 class Target:
     """A `sens target` child on a free port of 127.0.0.1 (no discovery port, -q) with `args`,
     and a JSON-RPC socket if `rpc`; its files go in `work` (a new temporary folder named
-    `prefix`... if None). As a context manager: started and waited for on entry
+    `prefix`... if None), on `core` if given (taskset and --pin). As a context manager: started and waited for on entry
     (RPC framework_wait_init, else until the port accepts), stopped on exit."""
 
-    def __init__(self, sens, args, rpc=False, prefix="sens-bench-", work=None):
+    def __init__(self, sens, args, rpc=False, prefix="sens-bench-", work=None, core=None):
         self.sens = sens
         self.work = work or tempfile.mkdtemp(prefix=prefix)
         self.port = free_port()
         self.sock = os.path.join(self.work, "rpc.sock") if rpc else None
         cmd = [sens, "target", "--listen", f"127.0.0.1:{self.port}", "--discovery-port", "0",
                "-q"] + (["--rpc", self.sock] if rpc else []) + list(args)
+        if core is not None:  # the whole target on that core, its reactor pinned there
+            cmd = ["taskset", "-c", str(core)] + cmd + ["--pin", str(core)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
 

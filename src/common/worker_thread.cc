@@ -1,6 +1,7 @@
 #include "common/worker_thread.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -43,11 +44,19 @@ size_t WorkerThread::pending() const {
 
 void WorkerThread::loop() {
   // Linux applies a nice value to the one thread whose id is given.
-  if (nice_ != 0) {
+  if (placement_.nice != 0) {
     const id_t self = static_cast<id_t>(gettid());
-    const int want = std::min(19, getpriority(PRIO_PROCESS, self) + nice_);
+    const int want = std::min(19, getpriority(PRIO_PROCESS, self) + placement_.nice);
     if (setpriority(PRIO_PROCESS, self, want) != 0)
       LOG_WARN("%s: cannot set nice %d: %s", name_.c_str(), want, std::strerror(errno));
+  }
+  if (!placement_.cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : placement_.cpus)
+      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+    if (int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set); rc != 0)
+      LOG_WARN("%s: cannot set its cores: %s", name_.c_str(), std::strerror(rc));
   }
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {

@@ -8,14 +8,24 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace sens {
 
+// Where and how a worker runs.
+struct WorkerPlacement {
+  // Added to the nice value the thread starts with (at most 19): its work can wait, the I/O
+  // the reactors serve cannot.
+  int nice = 0;
+  // The cores it may run on (empty: those of the thread that starts it). A thread started from
+  // a pinned reactor would otherwise share that reactor's one core while others idle.
+  std::vector<int> cpus;
+};
+
 class WorkerThread {
  public:
-  // `nice` (0..19) is added to the nice value the thread starts with (at most 19): its work can
-  // wait, the I/O the reactors serve cannot.
-  explicit WorkerThread(std::string name, int nice = 0) : name_(std::move(name)), nice_(nice) {}
+  explicit WorkerThread(std::string name, WorkerPlacement placement = {})
+      : name_(std::move(name)), placement_(std::move(placement)) {}
   ~WorkerThread() { stop(); }
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
@@ -32,7 +42,7 @@ class WorkerThread {
   void loop();
 
   std::string name_;  // the thread's name (15 characters at most are kept)
-  const int nice_;
+  const WorkerPlacement placement_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;

@@ -5,11 +5,11 @@
 namespace sens::target {
 
 Negotiations::Negotiations(uint32_t limit, std::chrono::milliseconds timeout, uint32_t workers,
-                           int worker_nice, auth::PeerCheck peer_check)
+                           WorkerPlacement placement, auth::PeerCheck peer_check)
     : limit_(std::max(limit, 1u)), timeout_(timeout), peer_check_(peer_check) {
   for (uint32_t i = 0; i < std::max(workers, 1u); ++i)
     workers_.push_back(
-        std::make_unique<WorkerThread>("sens-dhchap" + std::to_string(i), worker_nice));
+        std::make_unique<WorkerThread>("sens-dhchap" + std::to_string(i), placement));
   timer_ = std::thread([this] { timer_loop(); });
 }
 

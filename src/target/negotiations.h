@@ -44,10 +44,11 @@ class Negotiations {
   using Wake = std::function<void(bool granted)>;
   enum class Admit { kNow, kQueued, kRefused };
 
-  // `limit` negotiations at once; `workers` threads for the DH work, at nice `worker_nice`;
-  // hosts' DH values checked as `peer_check` says.
+  // `limit` negotiations at once; `workers` threads for the DH work, placed as `placement`
+  // says; hosts' DH values checked as `peer_check` says.
   Negotiations(uint32_t limit, std::chrono::milliseconds timeout, uint32_t workers,
-               int worker_nice = 0, auth::PeerCheck peer_check = auth::PeerCheck::kRange);
+               WorkerPlacement placement = {},
+               auth::PeerCheck peer_check = auth::PeerCheck::kRange);
   ~Negotiations();
   Negotiations(const Negotiations&) = delete;
   Negotiations& operator=(const Negotiations&) = delete;

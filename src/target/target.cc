@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -275,12 +276,26 @@ nlohmann::json ReactorContext::stats_json() {
 
 // ---------------------------------------------------------------------------- target
 
+namespace {
+// The cores the process may use, read before any reactor is pinned: the DH workers run on any
+// of them (the reactors' own pins do not confine them), within what the operator gave the
+// target (taskset, a systemd CPUAffinity=).
+std::vector<int> startup_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+}  // namespace
+
 Target::Target(TargetConfig config) : config_(std::move(config)) {
   // A worker per two cores for the DH steps (the reactors keep the rest), at most four.
   const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   negotiations_ = std::make_unique<Negotiations>(
       dhchap_negotiation_limit(config_), std::chrono::milliseconds(config_.dhchap_timeout_ms),
-      std::clamp(cores / 2, 1u, 4u), config_.dhchap_nice,
+      std::clamp(cores / 2, 1u, 4u), WorkerPlacement{config_.dhchap_nice, startup_cpus()},
       config_.dhchap_full_check ? auth::PeerCheck::kFull : auth::PeerCheck::kRange);
   if (config_.buffers == buffers::Layout::kTyche) {
     std::string why;

@@ -3,6 +3,8 @@
 #include "common/worker_thread.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -71,7 +73,7 @@ TEST(WorkerThread, StopWaitsForTheRunningJobAndDropsTheRest) {
 // keeps its own.
 TEST(WorkerThread, RunsAtItsNiceValue) {
   const int caller_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
-  WorkerThread w("test-nice", 7);
+  WorkerThread w("test-nice", WorkerPlacement{7, {}});
   std::promise<int> seen;
   ASSERT_TRUE(
       w.post([&] { seen.set_value(getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()))); }));
@@ -79,6 +81,37 @@ TEST(WorkerThread, RunsAtItsNiceValue) {
   ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_EQ(f.get(), std::min(19, caller_nice + 7));
   EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(gettid())), caller_nice);
+}
+
+// A worker started from a thread pinned to one core runs on the cores it was given, not on
+// that core.
+TEST(WorkerThread, RunsOnTheCoresItWasGiven) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) cpus.push_back(c);
+  if (cpus.size() < 2) GTEST_SKIP() << "one core";
+  std::promise<std::vector<int>> seen;
+  WorkerThread w("test-cpus", WorkerPlacement{0, cpus});
+  std::thread pinned([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[0], &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    ASSERT_TRUE(w.post([&] {
+      cpu_set_t now;
+      std::vector<int> got;
+      if (sched_getaffinity(0, sizeof now, &now) == 0)
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+          if (CPU_ISSET(c, &now)) got.push_back(c);
+      seen.set_value(got);
+    }));
+  });
+  pinned.join();
+  auto f = seen.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(f.get(), cpus);
 }
 
 }  // namespace
