@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -105,6 +106,18 @@ def perf_command(a, port, host, args):
     trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{host}"
     return [a.sens, "perf", "-r", trid, "--time", str(a.time), "--warmup", "0.3", "-q", "--json",
             "-"] + list(args)
+
+
+def pinned_perf(sens, port, args):
+    """`sens perf` on core 1 against `port` (0.5 s warm-up), `args` the workload: its JSON
+    report; exits with sens perf's message if it fails."""
+    cmd = ["taskset", "-c", "1", sens, "perf", "-r",
+           f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}", "--warmup", "0.5", "-q",
+           "--json", "-"] + list(args)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        sys.exit(f"sens perf {' '.join(args)} failed: {r.stderr}{r.stdout}")
+    return json.loads(r.stdout[r.stdout.index("{"):])
 
 
 def perf_summary(out):

@@ -13,14 +13,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 
-from common import free_port
+from common import Target, pinned_perf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-NQN = "nqn.2026-11.io.sens-target:ram0"
 SHAPES = [(1, 32), (1, 128), (4, 32)]
 SPAN = "256M"
 
@@ -36,24 +33,7 @@ def main():
     if a.reps < 1 or a.time <= 0:
         sys.exit("--reps must be >= 1 and --time > 0")
     limit = a.limit or os.path.join(os.path.dirname(os.path.abspath(a.sens)), "sens_limit")
-    work = tempfile.mkdtemp(prefix="sens-plain-limit-")
-    out_path = os.path.join(work, "target.out")
-    port = free_port()
-    with open(out_path, "w") as out:
-        target = subprocess.Popen(
-            ["taskset", "-c", "0", a.sens, "target", "--listen", f"127.0.0.1:{port}",
-             "--discovery-port", "0", "--rpc", os.path.join(work, "rpc.sock"), "--ns", "ram:1G"],
-            stdout=out, stderr=subprocess.STDOUT, text=True)
-    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}"
     runs = []
-
-    def perf(args):
-        cmd = ["taskset", "-c", "1", a.sens, "perf", "-r", trid, "--warmup", "0.5", "-q",
-               "--json", "-"] + args
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            sys.exit(f"sens perf {' '.join(args)} failed: {r.stderr}{r.stdout}")
-        return json.loads(r.stdout[r.stdout.index("{"):])
 
     def ceiling(queues, qd, span):
         cmd = [limit, "--rw", "read", "--bs", "4k", "--qd", str(qd), "--queues", str(queues),
@@ -63,26 +43,20 @@ def main():
             sys.exit(f"sens_limit failed: {r.stderr}")
         return json.loads(r.stdout)["iops"]
 
-    try:
-        deadline = time.time() + 10
-        while "management:" not in open(out_path).read():
-            if time.time() > deadline or target.poll() is not None:
-                sys.exit(f"sens target did not start: {open(out_path).read()}")
-            time.sleep(0.1)
-        perf(["--rw", "write", "--bs", "128k", "--qd", "8", "--size", SPAN, "--prefill",
-              "--time", "0.2"])
+    with Target(a.sens, ["--ns", "ram:1G"], rpc=True, prefix="sens-plain-limit-",
+                core=0) as target:
+        pinned_perf(a.sens, target.port, ["--rw", "write", "--bs", "128k", "--qd", "8", "--size",
+                                          SPAN, "--prefill", "--time", "0.2"])
         for rep in range(a.reps):
             for queues, qd in SHAPES:
                 shape = f"{queues} x QD{qd}"
-                job = perf(["--rw", "randread", "--bs", "4k", "--qd", str(qd), "--queues",
-                            str(queues), "--size", SPAN, "--time", str(a.time)])
+                job = pinned_perf(a.sens, target.port,
+                                  ["--rw", "randread", "--bs", "4k", "--qd", str(qd), "--queues",
+                                   str(queues), "--size", SPAN, "--time", str(a.time)])
                 runs.append({"shape": shape, "rep": rep, "what": "sens", "iops": job["iops"]})
                 for span in ("0", SPAN):
                     runs.append({"shape": shape, "rep": rep, "what": f"limit span {span}",
                                  "iops": ceiling(queues, qd, span)})
-    finally:
-        target.terminate()
-        target.wait(timeout=10)
 
     def med(shape, what):
         return statistics.median(r["iops"] for r in runs if r["shape"] == shape and

@@ -15,11 +15,10 @@ import sys
 import tempfile
 import time
 
-from common import free_port
+from common import free_port, pinned_perf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-NQN = "nqn.2026-11.io.sens-target:ram0"
 SPANS = ["1G", "64M"]
 
 
@@ -41,7 +40,6 @@ def main():
             ["taskset", "-c", "0", a.sens, "target", "--listen", f"127.0.0.1:{port}",
              "--discovery-port", "0", "--rpc", sock, "--ns", "ram:1G"],
             stdout=out, stderr=subprocess.STDOUT, text=True)
-    trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}"
     runs = []
     try:
         deadline = time.time() + 10
@@ -53,12 +51,7 @@ def main():
                           "(no pages line)")
 
         def perf(args):
-            cmd = ["taskset", "-c", "1", a.sens, "perf", "-r", trid, "--warmup", "0.5", "-q",
-                   "--json", "-"] + args
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-            if r.returncode != 0:
-                sys.exit(f"sens perf {' '.join(args)} failed: {r.stderr}{r.stdout}")
-            return json.loads(r.stdout[r.stdout.index("{"):])
+            return pinned_perf(a.sens, port, args)
 
         perf(["--rw", "write", "--bs", "128k", "--qd", "8", "--size", "1G", "--prefill",
               "--time", "0.2"])
