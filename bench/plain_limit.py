@@ -14,21 +14,17 @@ import statistics
 import subprocess
 import sys
 
-from common import Target, pinned_perf
+from common import Target, add_common_arguments, pinned_perf
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 SHAPES = [(1, 32), (1, 128), (4, 32)]
 SPAN = "256M"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
+    add_common_arguments(ap, time=3)
     ap.add_argument("--limit", default=None, help="sens_limit binary (default: beside --sens)")
-    ap.add_argument("--time", type=float, default=3)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--json", default=None)
     a = ap.parse_args()
     if a.reps < 1 or a.time <= 0:
         sys.exit("--reps must be >= 1 and --time > 0")

@@ -15,19 +15,15 @@ import sys
 import tempfile
 import time
 
-from common import free_port, pinned_perf
+from common import add_common_arguments, free_port, pinned_perf
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 SPANS = ["1G", "64M"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sens", default=os.path.join(ROOT, "build", "sens"))
-    ap.add_argument("--time", type=float, default=3)
+    add_common_arguments(ap, time=3)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--json", default=None)
     a = ap.parse_args()
     if a.reps < 1 or a.time <= 0:
         sys.exit("--reps must be >= 1 and --time > 0")
