@@ -86,7 +86,7 @@ class WipeOnExit {
 //   only small subgroup is {1, p - 1}, which this excludes; what is left of an invalid value
 //   can reveal one bit of a private key that serves one exchange only. The Linux kernel's
 //   DH-HMAC-CHAP checks no more outside FIPS mode.
-// kFull: also y^q = 1 (mod p), q = (p - 1) / 2: a full-size exponentiation, about 15x the
+// kFull: also y^q = 1 (mod p), q = (p - 1) / 2: a full-size exponentiation, about 8x the
 //   cost of the rest of the exchange with ffdhe8192 (100 ms here): for FIPS deployments.
 enum class PeerCheck : uint8_t { kRange, kFull };
 

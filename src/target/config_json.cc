@@ -290,8 +290,11 @@ bool load_json(const std::string& path, TargetConfig* c, std::string* error,
         c->dhchap_negotiations = uint32_t(n);
       else if (key == "dhchap_timeout_ms")
         c->dhchap_timeout_ms = uint32_t(n);
+      else if (key == "dhchap_nice" && n > 19)
+        return *error = "config key 'dhchap_nice': must be in 0..19, have " + std::to_string(n),
+               false;
       else if (key == "dhchap_nice")
-        c->dhchap_nice = n > 19 ? 20 : int(n);  // (checked with the rest)
+        c->dhchap_nice = int(n);
       else
         c->poll_max_us = n;
     } else if (key == "poll") {

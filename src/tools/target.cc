@@ -207,7 +207,7 @@ int run_target(int argc, char** argv) {
       ->default_str("/var/tmp/sens.sock");
   app.add_flag("--dhchap-full-check", cli.dhchap_full_check,
                "check a host's DH value fully (y^q = 1 mod p, SP 800-56A full validation, for "
-               "FIPS deployments) instead of its range only; about 15x the CPU per ffdhe8192 "
+               "FIPS deployments) instead of its range only; about 9x the CPU per ffdhe8192 "
                "negotiation");
   app.add_flag("--strict-nqn", cli.strict_nqn,
                "refuse subsystem names without the 'nqn.' prefix (the Linux target takes them, "

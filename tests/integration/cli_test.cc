@@ -298,7 +298,7 @@ const BadInput kBadInputs[] = {
     {"ConfigDhchapNiceTooLarge",
      {},
      R"({"listen": ["127.0.0.1:LISTEN"], "dhchap_nice": 4000000000})",
-     {"--dhchap-nice must be in 0..19, have 20"}},
+     {"config key 'dhchap_nice': must be in 0..19, have 4000000000"}},
     {"ConfigDhchapNiceNegative",
      {},
      R"({"listen": ["127.0.0.1:LISTEN"], "dhchap_nice": -3})",
