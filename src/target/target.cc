@@ -5,7 +5,6 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 

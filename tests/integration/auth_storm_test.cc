@@ -144,10 +144,14 @@ class AuthStorm : public ::testing::Test {
  protected:
   void start(uint32_t negotiations, uint32_t timeout_ms, std::vector<std::string> more = {},
              RpcTarget* t = nullptr) {
-    std::vector<std::string> args = {"--host-key", std::string(kHostNqn) + "=" + kSecret,
-                                     "--dhchap-negotiations", std::to_string(negotiations),
-                                     "--dhchap-timeout-ms", std::to_string(timeout_ms),
-                                     "--queue-size", "64"};
+    std::vector<std::string> args = {"--host-key",
+                                     std::string(kHostNqn) + "=" + kSecret,
+                                     "--dhchap-negotiations",
+                                     std::to_string(negotiations),
+                                     "--dhchap-timeout-ms",
+                                     std::to_string(timeout_ms),
+                                     "--queue-size",
+                                     "64"};
     args.insert(args.end(), more.begin(), more.end());
     ASSERT_EQ((t ? t : &t_)->start(args), "");
   }

@@ -50,7 +50,9 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-Child::~Child() { kill_now(); }
+Child::~Child() {
+  kill_now();
+}
 
 bool Child::start(const std::vector<std::string>& argv, const std::string& out_path,
                   const std::string& err_path) {
