@@ -73,6 +73,8 @@ if grep -q "FIO_START" "$WORK/vm.log"; then
   sleep 15
   echo "restarting gateway A"
   start a $PA optimized 2 || { echo "gateway A did not restart"; rc=1; }
+else
+  echo "kernel_host_multipath: the guest never started fio (so gateway A was never killed)"
 fi
 wait $VPID || rc=$?
 VPID=

@@ -37,6 +37,13 @@ for f in "${failed[@]}"; do
   echo "---- FAILED ${f%:*}: the last 120 lines of its output"
   tail -n 120 "$OUTS/${f##*:}.log"
 done
+# Last, a line or a few per failed test that say what failed (a CI log's excerpt is its end):
+# the guest's failed steps and the host side's own complaints.
+for f in "${failed[@]}"; do
+  echo "---- ${f%:*} failed at:"
+  grep -aE 'STEP [^ ]+ FAIL|did not|never|timed out|exited [1-9]|FAILURES [1-9]|cannot|error' "$OUTS/${f##*:}.log" |
+    grep -av '@@NOTE dmesg' | tail -n 8 | sed 's/^/     /'
+done
 names=()
 for f in "${failed[@]}"; do names+=("${f%:*}"); done
 echo "interop: $passes passed, $fails failed${names:+ (${names[*]})}"
