@@ -1,9 +1,8 @@
 # cmake -DFILES="a;b;..." [-DSTAMP=file] -P check_host_api.cmake
-# The host library's own applications (sens perf: src/host/perf*, and the fio engine:
-# src/fio) use its public header, include/sens/host.h, and nothing of its internals: what they
-# need is public API (docs/host-abi.md). Fails, naming the file, the line and the header, when
-# one of FILES includes a header of the library (src/host) other than perf's own (perf*.h and
-# verify.h, the --verify pattern) or of its transport (src/transport).
+# The host library's own applications (sens perf: src/perf, and the fio engine: src/fio) use
+# its public header, include/sens/host.h, and nothing of its internals: what they need is
+# public API (docs/host-abi.md). Fails, naming the file, the line and the header, when one of
+# FILES includes a header of the library (src/host) or of its transport (src/transport).
 if(NOT FILES)
   message(FATAL_ERROR "check_host_api: FILES is empty")
 endif()
@@ -18,7 +17,7 @@ foreach(f ${FILES})
     math(EXPR n "${n} + 1")
     if(line MATCHES "^[ \t]*#[ \t]*include[ \t]*[\"<]([^\">]+)[\">]")
       set(inc "${CMAKE_MATCH_1}")
-      if(inc MATCHES "^(host|transport)/" AND NOT inc MATCHES "^host/(perf[a-z_]*|verify)\\.h$")
+      if(inc MATCHES "^(host|transport)/")
         get_filename_component(name "${f}" NAME)
         string(APPEND bad "  ${name}:${n}: includes ${inc}\n")
       endif()

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "common/units.h"
-#include "host/perf.h"
+#include "perf/perf.h"
 #include "tools/cli.h"
 #include "tools/command.h"
 

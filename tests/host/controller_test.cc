@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "child.h"
-#include "host/verify.h"
+#include "perf/verify.h"
 #include "wire/nvme_build.h"
 
 namespace sens::host {

@@ -13,7 +13,7 @@
 
 #include "child.h"
 #include "host/library.h"
-#include "host/verify.h"
+#include "perf/verify.h"
 
 namespace sens {
 namespace {

@@ -13,7 +13,7 @@
 #include "child_process.h"
 #include "common/log.h"
 #include "host/controller.h"
-#include "host/verify.h"
+#include "perf/verify.h"
 #include "raw_client.h"
 #include "target/dhchap.h"
 #include "target/target.h"

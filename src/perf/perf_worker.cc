@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "common/units.h"
-#include "host/perf_engine.h"
-#include "host/verify.h"
+#include "perf/perf_engine.h"
+#include "perf/verify.h"
 
 namespace sens::host::perf {
 

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include "host/perf.h"
 #include "host/print.h"
 #include "host/queue.h"
+#include "perf/perf.h"
 
 namespace sens::host {
 namespace {

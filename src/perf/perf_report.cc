@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/units.h"
-#include "host/perf_engine.h"
+#include "perf/perf_engine.h"
 
 namespace sens::host::perf {
 

@@ -1,5 +1,5 @@
 // The --verify pattern: a function of (offset, seed) only, and every kind of bad data caught.
-#include "host/verify.h"
+#include "perf/verify.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "common/units.h"
-#include "host/perf_engine.h"
+#include "perf/perf_engine.h"
 
 namespace sens::host::perf {
 

@@ -21,7 +21,7 @@
 #include "buffers/buffer_pool.h"
 #include "common/clock.h"
 #include "common/histogram.h"
-#include "host/perf.h"
+#include "perf/perf.h"
 
 namespace sens::host::perf {
 

@@ -4,7 +4,7 @@
 
 #include "auth/dhchap.h"
 #include "common/units.h"
-#include "host/perf.h"
+#include "perf/perf.h"
 #include "wire/nvme.h"
 
 namespace sens::host {

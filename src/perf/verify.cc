@@ -1,4 +1,4 @@
-#include "host/verify.h"
+#include "perf/verify.h"
 
 #include <cstdio>
 #include <cstring>
