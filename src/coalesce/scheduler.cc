@@ -149,7 +149,8 @@ FlushReason Scheduler::on_enqueue(PduClass cls, uint32_t bytes) {
   }
 
   if (cls == PduClass::kUrgent || !coalescing) return FlushReason::kImmediate;
-  if (pdus_ >= config_.pdus) return FlushReason::kCapacity;
+  if (pdus_ >= config_.pdus && (!pass_batched(policy) || bytes_ < pdus_ * kSmallPduBytes))
+    return FlushReason::kCapacity;
   if (policy == Policy::kSemantic && ctrl_ > 0 && ctrl_ >= config_.ctrl_pdus)
     return FlushReason::kControlCapacity;
   if (config_.bytes > 0 && bytes_ >= config_.bytes) return FlushReason::kByteCap;

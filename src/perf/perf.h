@@ -54,7 +54,13 @@ struct PerfOptions {
   uint64_t seed = 0;            // verify pattern seed; 0 picks one
   uint32_t nsid = 0;            // 0: the first active namespace
   std::string json_path;        // "-" is stdout
-  coalesce::Config coalesce;
+  // The host's groups: a 64 KiB byte cap, as ControllerOptions::pg_bytes (the target's
+  // default is larger: its read answers are the payload that gains from one send a pass).
+  coalesce::Config coalesce = [] {
+    coalesce::Config c;
+    c.bytes = 64 * 1024;
+    return c;
+  }();
   PollMode poll = PollMode::kAdaptive;
   double poll_max_us = 50;
   bool hdr_digest = false;

@@ -25,7 +25,7 @@ TEST_F(SchedulerTest, EagerFlushesEveryPassAndArmsNoTimer) {
   EXPECT_EQ(s.on_pass_end(0.0), FlushReason::kPassEnd);
   s.on_flushed(FlushReason::kPassEnd);
   EXPECT_EQ(s.on_pass_end(1.0), FlushReason::kNone);
-  // The capacity B still applies within a pass.
+  // The capacity B still applies within a pass of small PDUs.
   for (int i = 0; i < 15; ++i) EXPECT_EQ(s.on_enqueue(PduClass::kData, 100), FlushReason::kNone);
   EXPECT_EQ(s.on_enqueue(PduClass::kData, 100), FlushReason::kCapacity);
   EXPECT_EQ(s.stats().flushes[size_t(FlushReason::kPassEnd)], 1u);

@@ -104,6 +104,37 @@ TEST_F(SchedulerTest, CapacityFlushAtB) {
   }
 }
 
+// Eager and adaptive: B splits a pass of small PDUs (answers, R2Ts) as before, but a pass of
+// payload (4 KiB read answers) only at the byte cap; uniform and semantic split both at B.
+TEST_F(SchedulerTest, PassBatchedPoliciesSplitPayloadAtTheByteCapOnly) {
+  for (Policy p : {Policy::kEager, Policy::kAdaptive, Policy::kUniform, Policy::kSemantic}) {
+    Config c = paper_config(p);
+    c.bytes = 256 * 1024;
+    Scheduler s(c, clock);
+    for (int i = 0; i < 15; ++i) EXPECT_EQ(s.on_enqueue(PduClass::kData, 24), FlushReason::kNone);
+    EXPECT_EQ(s.on_enqueue(PduClass::kData, 24), FlushReason::kCapacity) << policy_name(p);
+    s.on_flushed(FlushReason::kCapacity);
+    const uint32_t answer = 24 + 4096;
+    for (int i = 0; i < 15; ++i)
+      EXPECT_EQ(s.on_enqueue(PduClass::kData, answer), FlushReason::kNone) << policy_name(p);
+    if (!pass_batched(p)) {
+      EXPECT_EQ(s.on_enqueue(PduClass::kData, answer), FlushReason::kCapacity) << policy_name(p);
+      continue;
+    }
+    // 63 answers are 259,560 bytes; the 64th (263,680) reaches the 256 KiB cap.
+    for (int i = 15; i < 63; ++i)
+      EXPECT_EQ(s.on_enqueue(PduClass::kData, answer), FlushReason::kNone) << policy_name(p) << i;
+    EXPECT_EQ(s.on_enqueue(PduClass::kData, answer), FlushReason::kByteCap) << policy_name(p);
+    EXPECT_EQ(s.queued_pdus(), 64u);
+    s.on_flushed(FlushReason::kByteCap);
+    // A small PDU after payload does not split the group: its average is still payload's.
+    for (int i = 0; i < 16; ++i)
+      EXPECT_EQ(s.on_enqueue(PduClass::kData, answer), FlushReason::kNone);
+    EXPECT_EQ(s.on_enqueue(PduClass::kData, 24), FlushReason::kNone) << policy_name(p);
+    EXPECT_EQ(s.on_pass_end(0.0), FlushReason::kPassEnd) << policy_name(p);
+  }
+}
+
 TEST_F(SchedulerTest, ControlCapacityFlushAtC2) {
   Scheduler s(paper_config(Policy::kSemantic), clock);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(s.on_enqueue(PduClass::kData, 100), FlushReason::kNone);
