@@ -38,4 +38,18 @@ std::unique_ptr<Device> open_rbd(const RbdSpec& spec, bool read_only, std::strin
 // Checks a request's range and alignment against a device; returns 0 or -errno.
 int check_request(const Request& req, uint64_t device_size, uint32_t block_size, bool read_only);
 
+// Stands in when a queue's kernel resources cannot be had (an io_uring ring, an eventfd):
+// fails every request with the reason, so callers get an error instead of a null queue.
+class FailedQueue final : public Queue {
+ public:
+  explicit FailedQueue(int error) : error_(error) {}
+  void submit(Request* req) override {
+    req->result = error_;
+    if (req->on_complete) req->on_complete(req);
+  }
+
+ private:
+  int error_;
+};
+
 }  // namespace sens::storage

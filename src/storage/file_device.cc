@@ -109,20 +109,6 @@ std::string FileDevice::resize(uint64_t bytes) {
   return "";
 }
 
-// Stands in when a ring cannot be set up (e.g. io_uring disabled): fails every request with the
-// reason, so callers get an error instead of a null queue.
-class FailedQueue final : public Queue {
- public:
-  explicit FailedQueue(int error) : error_(error) {}
-  void submit(Request* req) override {
-    req->result = error_;
-    if (req->on_complete) req->on_complete(req);
-  }
-
- private:
-  int error_;
-};
-
 // A request goes through the ring carried by an Operation. There are at most `depth` of them, and
 // each has at most one entry prepared or in the kernel at a time, so a ring of `depth` entries
 // never runs out. Requests past the depth wait in a FIFO (linked through Request::next, so

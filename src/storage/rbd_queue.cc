@@ -316,18 +316,6 @@ class RbdQueue final : public Queue {
   uint64_t cache_flushes_ = 0;
 };
 
-class FailedQueue final : public Queue {
- public:
-  explicit FailedQueue(int error) : error_(error) {}
-  void submit(Request* req) override {
-    req->result = error_;
-    if (req->on_complete) req->on_complete(req);
-  }
-
- private:
-  int error_;
-};
-
 }  // namespace
 
 std::unique_ptr<Queue> make_rbd_queue(const RbdQueueParams& params, unsigned depth) {
