@@ -14,7 +14,7 @@ int perf_main(int argc, char** argv) {
   using sens::host::PerfOptions;
   PerfOptions o;
   std::string rw = "randread", bs = "4k", size = "64M", policy = "adaptive", poll = "adaptive",
-              pg_bytes = "65536";
+              pg_bytes = std::to_string(o.coalesce.bytes);  // the host's default (perf.h)
   double pg_timeout_us = 50, ctrl_timeout_us = 10;
   bool quiet = false;
   CLI::App app{
