@@ -8,8 +8,10 @@ JOBS ?= $(shell nproc)
 # What building `sens` needs (make demo installs only these), then what the tests, the
 # sanitizer and fuzz builds (clang, libclang-rt-14-dev), the fio engine and the interop and
 # bench scripts need on top (make test, make deps).
+# Intel's ipsec-mb for TLS records' AES-GCM: packaged for x86-64 only (elsewhere OpenSSL's).
+IPSEC_MB_PACKAGE := $(if $(filter x86_64,$(shell uname -m)),libipsec-mb-dev)
 BUILD_PACKAGES := cmake ninja-build g++ make pkg-config liburing-dev libisal-dev libssl-dev libcli11-dev \
-	nlohmann-json3-dev libcpp-httplib-dev libsystemd-dev python3
+	nlohmann-json3-dev libcpp-httplib-dev libsystemd-dev python3 $(IPSEC_MB_PACKAGE)
 TEST_PACKAGES := googletest libgtest-dev fio nvme-cli tshark gnuplot iproute2 procps \
 	clang libclang-rt-14-dev librbd-dev librados-dev openssl
 # The one-node Ceph cluster the rbd tests start (tests/rbd/cluster.sh), installed without

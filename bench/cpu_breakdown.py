@@ -56,7 +56,7 @@ def bucket(sym, dso, sens_path):
         return "payload copy"
     if CRC.search(sym) or "libisal" in dso:
         return "CRC32C"
-    if "libcrypto" in dso or "libssl" in dso or (kernel and CRYPTO.search(sym) and "tcp" not in sym):
+    if "libcrypto" in dso or "libssl" in dso or "libIPSec_MB" in dso or (kernel and CRYPTO.search(sym) and "tcp" not in sym):
         return "TLS crypto"
     if kernel and PARAVIRT.search(sym):
         return "hypervisor"  # a paravirtualized guest's interrupt enabling and hypercalls

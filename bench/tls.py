@@ -33,6 +33,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--limit", default=None,
                     help="sens_limit binary for the ceilings (default: beside --sens; 'none': skip)")
+    ap.add_argument("--aes-gcm", default="auto",
+                    help="who computes AES-GCM on both sides and in the ceiling: auto, ipsec-mb, "
+                         "openssl (--tls-aes-gcm)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     if a.limit is None:
@@ -48,8 +51,8 @@ def main():
     plain, tls = free_port(), free_port()
     target = subprocess.Popen(
         ["taskset", "-c", "0", a.sens, "target", "--listen", f"127.0.0.1:{plain}", "--tls-listen",
-         f"127.0.0.1:{tls}", "--tls", allkeys, "--discovery-port", "0", "--ns", "ram:1G", "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         f"127.0.0.1:{tls}", "--tls", allkeys, "--discovery-port", "0", "--ns", "ram:1G", "--tls-aes-gcm", a.aes_gcm, "-q"],
+        stdout=open(os.path.join(work, "target.log"), "w"), stderr=subprocess.STDOUT)
     deadline = time.time() + 10
     while time.time() < deadline:
         try:
@@ -73,7 +76,7 @@ def main():
                     cmd = ["taskset", "-c", "1", a.sens, "perf", "-r", trid, "--time", str(a.time),
                            "--warmup", "0.5", "-q", "--size", "256M", "--json", "-"] + wl
                     if f:
-                        cmd += ["--tls", f]
+                        cmd += ["--tls", f, "--tls-aes-gcm", a.aes_gcm]
                     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
                     if out.returncode != 0:
                         sys.exit(f"{mode} {wl_name}: sens perf failed: {out.stderr}{out.stdout}")
@@ -86,6 +89,9 @@ def main():
         target.terminate()
         target.wait(timeout=10)
     ceilings = limit_ceilings(a) if a.limit != "none" else {}
+    for line in open(os.path.join(work, "target.log")):  # (complete once the target exited)
+        if "TLS 1.3" in line:
+            print(line.strip().replace("listening on", "target: TLS listener on") + "\n")
     print("| workload | plain TCP kIOPS | TLS_AES_128_GCM_SHA256 kIOPS (ratio) | "
           "TLS_AES_256_GCM_SHA384 kIOPS (ratio) |")
     print("|---|---|---|---|")
@@ -127,7 +133,7 @@ def limit_ceilings(a):
                 span = ["--span", "256M"] if rw == "read" else []
                 r = subprocess.run([a.limit, "--rw", rw, "--bs", opts["--bs"], "--qd", opts["--qd"],
                                     "--time", str(a.time), "--security", sec, "--json", "-",
-                                    "-q"] + span, capture_output=True, text=True, timeout=120)
+                                    "-q", "--tls-aes-gcm", a.aes_gcm] + span, capture_output=True, text=True, timeout=120)
                 if r.returncode != 0:
                     sys.exit(f"sens_limit --security {sec} failed: {r.stderr}")
                 got[sec].append(json.loads(r.stdout)["iops"])

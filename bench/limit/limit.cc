@@ -398,6 +398,11 @@ int limit_main(int argc, char** argv) {
                  "the digests on the wire (header and data digests); tls: every byte in TLS 1.3 "
                  "records (TLS_AES_128_GCM_SHA256, sens's record layer). No NVMe work either way")
       ->capture_default_str();
+  std::string aes_gcm = "auto";
+  app.add_option("--tls-aes-gcm", aes_gcm,
+                 "with --security tls: who computes AES-GCM, as sens target's option (auto, "
+                 "ipsec-mb, openssl)")
+      ->capture_default_str();
   app.add_option("--target-core", o.target_core, "core of the target thread (-1: not pinned)")
       ->capture_default_str();
   app.add_option("--client-core", o.client_core, "core of the client thread (-1: not pinned)")
@@ -436,6 +441,11 @@ int limit_main(int argc, char** argv) {
     o.security = Security::kDigest;
   } else if (security == "tls") {
     o.security = Security::kTls;
+    sens::transport::AesGcm a;
+    std::string why;
+    if (!sens::transport::parse_aes_gcm(aes_gcm, &a))
+      return usage_error("--tls-aes-gcm '" + aes_gcm + "': expected auto, ipsec-mb or openssl");
+    if (!sens::transport::set_aes_gcm(a, &why)) return usage_error("--tls-aes-gcm: " + why);
   } else {
     return usage_error("--security '" + security + "': expected none, digest or tls");
   }
@@ -495,6 +505,7 @@ int limit_main(int argc, char** argv) {
       {"queues", o.queues},
       {"poll", poll},
       {"security", security},
+      {"aes_gcm", o.security == Security::kTls ? sens::transport::aes_gcm_description() : ""},
       {"span", o.span},
       {"time_s", o.time_s},
       {"warmup_s", o.warmup_s},

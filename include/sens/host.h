@@ -164,6 +164,15 @@ enum class ShareMode : uint8_t { kNone, kLock, kSendList };
 const char* share_mode_name(ShareMode mode);  // "none", "lock", "sendlist"
 bool parse_share_mode(std::string_view name, ShareMode* out);
 
+// Who computes TLS records' AES-GCM, for the connections the process makes from now on (one
+// choice per process, made at start-up): "auto" (Intel's ipsec-mb with the CPU's widest AES
+// code where it runs, else OpenSSL; the default), "ipsec-mb", or "openssl" (OpenSSL's EVP: a
+// FIPS-validated provider, say). False and *error for another name, or for ipsec-mb where it
+// cannot run (not built in, or a CPU without AES-NI).
+bool set_tls_aes_gcm(std::string_view name, std::string* error);
+// What new TLS connections use: "ipsec-mb 1.3.0 (AVX-512, VAES)", "OpenSSL 3.0.19 (EVP)".
+std::string tls_aes_gcm();
+
 enum class ControllerState : uint8_t { kConnecting, kLive, kReconnecting, kFailed, kClosed };
 const char* controller_state_name(ControllerState s);
 

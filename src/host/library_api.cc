@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "host/library.h"
+#include "transport/tls_records.h"
 
 namespace sens {
 
@@ -50,6 +51,19 @@ const char* share_mode_name(ShareMode m) {
       return "sendlist";
   }
   return "?";
+}
+
+bool set_tls_aes_gcm(std::string_view name, std::string* error) {
+  transport::AesGcm a;
+  if (!transport::parse_aes_gcm(std::string(name), &a)) {
+    *error = "'" + std::string(name) + "': expected auto, ipsec-mb or openssl";
+    return false;
+  }
+  return transport::set_aes_gcm(a, error);
+}
+
+std::string tls_aes_gcm() {
+  return transport::aes_gcm_description();
 }
 
 bool parse_share_mode(std::string_view name, ShareMode* out) {

@@ -230,14 +230,19 @@ void subsystem_metrics(Exposition& e, const target::MetricsSnapshot& m) {
   e.family("sens_tls_handshake_failures_total", "counter",
            "TLS handshakes that failed on a TLS listener (the connection was closed)");
   e.sample("sens_tls_handshake_failures_total", {}, tls_failed);
-  uint64_t tls_sessions[2] = {};
+  uint64_t tls_sessions[3] = {};
   for (auto& r : m.reactors)
-    for (int k = 0; k < 2; ++k) tls_sessions[k] += r.tls_sessions[k];
+    for (int k = 0; k < 3; ++k) tls_sessions[k] += r.tls_sessions[k];
   e.family("sens_tls_sessions_total", "counter",
            "TLS sessions established, by who protects their records after the handshake "
-           "(sens: sealed into the send batch and opened into the PDU's buffer; openssl)");
-  e.sample("sens_tls_sessions_total", {{"records", "sens"}}, tls_sessions[0]);
-  e.sample("sens_tls_sessions_total", {{"records", "openssl"}}, tls_sessions[1]);
+           "(sens: sealed into the send batch and opened into the PDU's buffer; openssl) and "
+           "whose AES-GCM computes them (ipsec-mb, openssl)");
+  e.sample("sens_tls_sessions_total", {{"records", "sens"}, {"aes_gcm", "ipsec-mb"}},
+           tls_sessions[0]);
+  e.sample("sens_tls_sessions_total", {{"records", "sens"}, {"aes_gcm", "openssl"}},
+           tls_sessions[1]);
+  e.sample("sens_tls_sessions_total", {{"records", "openssl"}, {"aes_gcm", "openssl"}},
+           tls_sessions[2]);
   // issue 29: the stall deadlines (--stall-timeout)
   e.family("sens_stalled_connections_total", "counter",
            "Connections ended because a send, H2CData or a PDU stalled for --stall-timeout");

@@ -206,6 +206,8 @@ int Engine::run() {
                format_size(workers_[0]->maxh2cdata()).c_str(), o_.hdr_digest ? "hdr" : "-",
                o_.data_digest ? "data" : "-", coalesce::policy_name(o_.coalesce.policy),
                poll_mode_name(o_.poll));
+  if (!o_.tls_psk_file.empty())
+    std::fprintf(out_, "TLS 1.3, records' AES-GCM by %s\n", sens::tls_aes_gcm().c_str());
   if (o_.threads > 1 || o_.share != ShareMode::kNone)
     std::fprintf(out_, "%u thread(s) x %u queue(s), share %s over %u connection(s)\n", o_.threads,
                  o_.queues, share_mode_name(o_.share),

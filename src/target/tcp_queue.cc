@@ -119,10 +119,11 @@ void TcpQueue::step_handshake() {
     close("TLS handshake failed");
     return;
   }
-  LOG_DEBUG("connection %llu (%s): TLS 1.3 %s, identity '%s', records by %s",
+  LOG_DEBUG("connection %llu (%s): TLS 1.3 %s, identity '%s', records by %s, AES-GCM by %s",
             static_cast<unsigned long long>(id_), endpoint_.peer.c_str(), tls_->cipher().c_str(),
-            tls_->peer_identity().c_str(), tls_->records());
-  ++ctx_.io_metrics.tls_sessions[std::strcmp(tls_->records(), "sens") == 0 ? 0 : 1];
+            tls_->peer_identity().c_str(), tls_->records(), tls_->aes_gcm());
+  const bool own = std::strcmp(tls_->records(), "sens") == 0;
+  ++ctx_.io_metrics.tls_sessions[!own ? 2 : std::strcmp(tls_->aes_gcm(), "ipsec-mb") == 0 ? 0 : 1];
   reader_.set_tls(tls_.get());
   sendq_.set_tls(tls_.get());
   state_ = State::kWaitIC;

@@ -101,6 +101,11 @@ int perf_main(int argc, char** argv) {
       ->capture_default_str();
   sens::tools::add_host_security_options(app, o.dhchap_secret, o.dhchap_ctrl_secret,
                                          o.tls_psk_file);
+  std::string aes_gcm = "auto";
+  app.add_option("--tls-aes-gcm", aes_gcm,
+                 "who computes TLS records' AES-GCM: auto (ipsec-mb where it runs, else "
+                 "OpenSSL), ipsec-mb, openssl")
+      ->capture_default_str();
   app.add_flag("-q,--quiet", quiet, "no progress line every second");
   if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   o.progress = !quiet;
@@ -117,6 +122,7 @@ int perf_main(int argc, char** argv) {
   auto sz = sens::parse_size(size);
   if (!sz) return usage("--size '" + size + "' is not a size");
   o.size = *sz;
+  if (std::string why; !sens::set_tls_aes_gcm(aes_gcm, &why)) return usage("--tls-aes-gcm: " + why);
   if (!sens::coalesce::parse_policy(policy, &o.coalesce.policy))
     return usage("--coalesce '" + policy + "': expected off, eager, uniform, semantic or adaptive");
   if (!sens::parse_share_mode(share, &o.share))

@@ -20,6 +20,7 @@
 #include "tools/cli.h"
 #include "tools/command.h"
 #include "tools/service.h"
+#include "transport/tls_records.h"
 
 namespace sens::tools {
 namespace {
@@ -83,6 +84,12 @@ int run_target(int argc, char** argv) {
   app.add_option("--tls", cli.tls_psk_file,
                  "PSK file: NVMeTLSkey-1:xx:...: keys (nvme gen-tls-key), one per line")
       ->type_name("PSKFILE");
+  std::string aes_gcm = "auto";
+  app.add_option("--tls-aes-gcm", aes_gcm,
+                 "who computes TLS records' AES-GCM: auto (Intel's ipsec-mb with the CPU's "
+                 "widest AES code where it runs, else OpenSSL), ipsec-mb, openssl (OpenSSL's "
+                 "EVP: a FIPS-validated provider, say)")
+      ->capture_default_str();
   app.add_option("--ns", namespaces,
                  "namespace backend, repeatable: ram:SIZE (memory), file:PATH (file or block "
                  "device, O_DIRECT via io_uring), null:SIZE (discards writes, reads zeroes), "
@@ -314,6 +321,18 @@ int run_target(int argc, char** argv) {
   if (given("--pg-timeout-us")) cfg.coalesce.timeout = Nanos(pg_timeout_us) * kMicro;
   if (given("--ctrl-timeout-us")) cfg.coalesce.ctrl_timeout = Nanos(ctrl_timeout_us) * kMicro;
   if (app.count("--tls")) cfg.tls_psk_file = cli.tls_psk_file;
+  {
+    transport::AesGcm a;
+    if (!transport::parse_aes_gcm(aes_gcm, &a)) {
+      std::fprintf(stderr, "sens target: --tls-aes-gcm '%s': expected auto, ipsec-mb or openssl\n",
+                   aes_gcm.c_str());
+      return 2;
+    }
+    if (!transport::set_aes_gcm(a, &error)) {
+      std::fprintf(stderr, "sens target: --tls-aes-gcm: %s\n", error.c_str());
+      return 2;
+    }
+  }
   if (!tls_listen.empty()) {
     cfg.tls_listen.clear();
     for (auto& l : tls_listen) {
@@ -437,10 +456,11 @@ int run_target(int argc, char** argv) {
   const auto bound = t.bound();
   const target::Target::Bound* first_io = nullptr;
   for (auto& b : bound) {
-    std::printf("listening on %s:%u (%s)\n", b.host.c_str(), b.port,
+    std::printf("listening on %s:%u (%s%s)\n", b.host.c_str(), b.port,
                 b.discovery ? "discovery"
-                : b.tls     ? "I/O, TLS 1.3"
-                            : "I/O");
+                : b.tls     ? "I/O, TLS 1.3, records' AES-GCM by "
+                            : "I/O",
+                b.tls && !b.discovery ? transport::aes_gcm_description().c_str() : "");
     if (!b.discovery && !first_io) first_io = &b;
   }
   std::printf(

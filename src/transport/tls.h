@@ -101,6 +101,10 @@ class TlsChannel {
   bool request_key_update();
   // Who protects the records: "sens" or "openssl" (TlsRecords).
   const char* records() const { return own_records_ ? "sens" : "openssl"; }
+  // Whose AES-GCM protects them: "ipsec-mb" or "openssl" (valid once established).
+  const char* aes_gcm() const {
+    return own_records_ ? aes_gcm_name(send_keys_.engine()) : "openssl";
+  }
   // The server's view: the identity the host used (valid once established).
   const std::string& peer_identity() const { return peer_identity_; }
 

@@ -6,11 +6,67 @@
 #include <openssl/kdf.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+
+#if SENS_HAVE_IPSEC_MB
+#include <intel-ipsec-mb.h>
+#endif
 
 namespace sens::transport {
 
+#if SENS_HAVE_IPSEC_MB
+// A direction's expanded key and GHASH tables, its running GCM state, and the functions of
+// the key's size for the CPU's code path.
+struct IpsecMbKeys {
+  gcm_key_data key;  // (64-byte aligned: `new` honours it)
+  gcm_context_data ctx;
+  aes_gcm_init_t init;
+  aes_gcm_enc_dec_update_t update;
+  aes_gcm_enc_dec_finalize_t finalize;
+};
+#else
+struct IpsecMbKeys {};
+#endif
+
 namespace {
+
+#if SENS_HAVE_IPSEC_MB
+// One manager for the process: with the direct GCM calls it is only a table of the functions
+// init_mb_mgr_auto chose for this CPU (nothing in it changes per call), so every thread may use
+// it. Null when the CPU lacks AES-NI or PCLMULQDQ (ipsec-mb would emulate them: OpenSSL then).
+IMB_MGR* ipsec_mb() {
+  static IMB_MGR* const mgr = [] {
+    IMB_MGR* m = alloc_mb_mgr(0);
+    if (!m) return static_cast<IMB_MGR*>(nullptr);
+    init_mb_mgr_auto(m, nullptr);
+    const uint64_t need = IMB_FEATURE_AESNI | IMB_FEATURE_PCLMULQDQ;
+    if (imb_get_errno(m) != 0 || (m->features & need) != need) {
+      free_mb_mgr(m);
+      return static_cast<IMB_MGR*>(nullptr);
+    }
+    return m;
+  }();
+  return mgr;
+}
+#endif
+
+bool ipsec_mb_runs() {
+#if SENS_HAVE_IPSEC_MB
+  return ipsec_mb() != nullptr;
+#else
+  return false;
+#endif
+}
+
+std::atomic<AesGcm> g_aes_gcm{AesGcm::kAuto};
+
+AesGcm resolve(AesGcm want) {
+  if (want == AesGcm::kAuto) want = g_aes_gcm.load(std::memory_order_relaxed);
+  if (want == AesGcm::kAuto) want = ipsec_mb_runs() ? AesGcm::kIpsecMb : AesGcm::kOpenSsl;
+  if (want == AesGcm::kIpsecMb && !ipsec_mb_runs()) want = AesGcm::kOpenSsl;
+  return want;
+}
 
 struct Suite {
   const char* digest;
@@ -63,7 +119,68 @@ bool expand_label(const char* digest, const uint8_t* secret, size_t secret_len, 
 
 }  // namespace
 
+bool parse_aes_gcm(const std::string& name, AesGcm* out) {
+  if (name == "auto")
+    *out = AesGcm::kAuto;
+  else if (name == "ipsec-mb")
+    *out = AesGcm::kIpsecMb;
+  else if (name == "openssl")
+    *out = AesGcm::kOpenSsl;
+  else
+    return false;
+  return true;
+}
+
+const char* aes_gcm_name(AesGcm a) {
+  switch (a) {
+    case AesGcm::kIpsecMb:
+      return "ipsec-mb";
+    case AesGcm::kOpenSsl:
+      return "openssl";
+    default:
+      return "auto";
+  }
+}
+
+bool set_aes_gcm(AesGcm want, std::string* error) {
+  if (want == AesGcm::kIpsecMb && !ipsec_mb_runs()) {
+#if SENS_HAVE_IPSEC_MB
+    *error = "ipsec-mb cannot run here (the CPU has no AES-NI or no PCLMULQDQ)";
+#else
+    *error = "this build has no ipsec-mb (libipsec-mb-dev was not installed when it was built)";
+#endif
+    return false;
+  }
+  g_aes_gcm.store(want, std::memory_order_relaxed);
+  return true;
+}
+
+AesGcm aes_gcm() {
+  return resolve(AesGcm::kAuto);
+}
+
+std::string aes_gcm_description() {
+#if SENS_HAVE_IPSEC_MB
+  if (aes_gcm() == AesGcm::kIpsecMb) {
+    const IMB_MGR* m = ipsec_mb();
+    const char* arch = m->used_arch == IMB_ARCH_AVX512 ? "AVX-512"
+                       : m->used_arch == IMB_ARCH_AVX2 ? "AVX2"
+                       : m->used_arch == IMB_ARCH_AVX  ? "AVX"
+                                                       : "SSE";
+    const bool vaes = (m->features & (IMB_FEATURE_VAES | IMB_FEATURE_VPCLMULQDQ)) ==
+                      (IMB_FEATURE_VAES | IMB_FEATURE_VPCLMULQDQ);
+    return std::string("ipsec-mb ") + imb_get_version_str() + " (" + arch +
+           (vaes && m->used_arch == IMB_ARCH_AVX512 ? ", VAES" : "") + ")";
+  }
+#endif
+  return std::string("OpenSSL ") + OpenSSL_version(OPENSSL_VERSION_STRING) + " (EVP)";
+}
+
 TlsRecordKeys::~TlsRecordKeys() {
+  if (imb_) {
+    OPENSSL_cleanse(imb_, sizeof *imb_);
+    delete imb_;
+  }
   EVP_CIPHER_CTX_free(ctx_);
   OPENSSL_cleanse(secret_, sizeof secret_);
   OPENSSL_cleanse(key_, sizeof key_);
@@ -71,7 +188,7 @@ TlsRecordKeys::~TlsRecordKeys() {
 }
 
 bool TlsRecordKeys::init(uint16_t suite, const uint8_t* secret, size_t len, bool sealing,
-                         std::string* error) {
+                         std::string* error, AesGcm engine) {
   Suite s{};
   if (!suite_of(suite, &s)) {
     *error = "TLS records: cipher suite " + std::to_string(suite) + " is not AES-GCM";
@@ -85,6 +202,7 @@ bool TlsRecordKeys::init(uint16_t suite, const uint8_t* secret, size_t len, bool
   suite_ = suite;
   sealing_ = sealing;
   hash_len_ = s.hash_len;
+  use_ipsec_mb_ = resolve(engine) == AesGcm::kIpsecMb;
   std::memcpy(secret_, secret, len);
   return derive(error);
 }
@@ -110,6 +228,22 @@ bool TlsRecordKeys::derive(std::string* error) {
     *error = "TLS records: key derivation failed";
     return false;
   }
+#if SENS_HAVE_IPSEC_MB
+  if (use_ipsec_mb_) {
+    // The key expanded once (and its GHASH powers); each record starts from its nonce.
+    IMB_MGR* m = ipsec_mb();
+    if (!imb_) imb_ = new IpsecMbKeys;
+    const bool aes256 = s.key_len == 32;
+    (aes256 ? m->gcm256_pre : m->gcm128_pre)(key_, &imb_->key);
+    imb_->init = aes256 ? m->gcm256_init : m->gcm128_init;
+    imb_->update = sealing_ ? (aes256 ? m->gcm256_enc_update : m->gcm128_enc_update)
+                            : (aes256 ? m->gcm256_dec_update : m->gcm128_dec_update);
+    imb_->finalize = sealing_ ? (aes256 ? m->gcm256_enc_finalize : m->gcm128_enc_finalize)
+                              : (aes256 ? m->gcm256_dec_finalize : m->gcm128_dec_finalize);
+    seq_ = 0;
+    return true;
+  }
+#endif
   if (!ctx_ && !(ctx_ = EVP_CIPHER_CTX_new())) {
     *error = "TLS records: no cipher context";
     return false;
@@ -150,8 +284,22 @@ size_t TlsRecordKeys::seal(const iovec* iov, size_t iovcnt, size_t* index, size_
   nonce(n);
   ++seq_;
   int len = 0;
-  EVP_EncryptInit_ex(ctx_, nullptr, nullptr, nullptr, n);
-  EVP_EncryptUpdate(ctx_, nullptr, &len, out, int(kTlsHeaderBytes));  // the header is the AAD
+  // The header is the AAD.
+#if SENS_HAVE_IPSEC_MB
+  if (imb_) imb_->init(&imb_->key, &imb_->ctx, n, out, kTlsHeaderBytes);
+#endif
+  if (!imb_) {
+    EVP_EncryptInit_ex(ctx_, nullptr, nullptr, nullptr, n);
+    EVP_EncryptUpdate(ctx_, nullptr, &len, out, int(kTlsHeaderBytes));
+  }
+  // GCM is a stream: each piece's ciphertext is as long as the piece.
+  auto encrypt = [this](uint8_t* dst, const uint8_t* src, size_t k) {
+#if SENS_HAVE_IPSEC_MB
+    if (imb_) return imb_->update(&imb_->key, &imb_->ctx, dst, src, k);
+#endif
+    int l = 0;
+    EVP_EncryptUpdate(ctx_, dst, &l, src, int(k));
+  };
   uint8_t* p = out + kTlsHeaderBytes;
   size_t i = *index, off = *offset, left = plain;
   // A read's payload comes from pages the cache has long lost (a RAM namespace larger than
@@ -167,8 +315,8 @@ size_t TlsRecordKeys::seal(const iovec* iov, size_t iovcnt, size_t* index, size_
       if (k < left && i + 1 < iovcnt)
         prefetch(static_cast<const uint8_t*>(iov[i + 1].iov_base),
                  std::min(iov[i + 1].iov_len, left - k));
-      EVP_EncryptUpdate(ctx_, p, &len, static_cast<const uint8_t*>(iov[i].iov_base) + off, int(k));
-      p += len;
+      encrypt(p, static_cast<const uint8_t*>(iov[i].iov_base) + off, k);
+      p += k;
       left -= k;
       off += k;
     }
@@ -179,11 +327,15 @@ size_t TlsRecordKeys::seal(const iovec* iov, size_t iovcnt, size_t* index, size_
   }
   *index = i;
   *offset = off;
-  EVP_EncryptUpdate(ctx_, p, &len, &type, 1);
-  p += len;
-  EVP_EncryptFinal_ex(ctx_, p, &len);
-  p += len;
-  EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, int(kTlsTagBytes), p);
+  encrypt(p, &type, 1);
+  p += 1;
+#if SENS_HAVE_IPSEC_MB
+  if (imb_) imb_->finalize(&imb_->key, &imb_->ctx, p, kTlsTagBytes);
+#endif
+  if (!imb_) {
+    EVP_EncryptFinal_ex(ctx_, p, &len);  // (GCM: no bytes)
+    EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, int(kTlsTagBytes), p);
+  }
   return total;
 }
 
@@ -195,13 +347,24 @@ long TlsRecordKeys::open(const uint8_t* rec, size_t len, uint8_t* out, uint8_t* 
   uint8_t n[12];
   nonce(n);
   ++seq_;
-  int outl = 0, fin = 0;
-  if (EVP_DecryptInit_ex(ctx_, nullptr, nullptr, nullptr, n) != 1 ||
-      EVP_DecryptUpdate(ctx_, nullptr, &outl, rec, int(kTlsHeaderBytes)) != 1 ||
-      EVP_DecryptUpdate(ctx_, out, &outl, rec + kTlsHeaderBytes, int(body)) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, int(kTlsTagBytes), tag) != 1 ||
-      EVP_DecryptFinal_ex(ctx_, out + outl, &fin) != 1)
-    return -1;
+#if SENS_HAVE_IPSEC_MB
+  if (imb_) {
+    uint8_t computed[kTlsTagBytes];
+    imb_->init(&imb_->key, &imb_->ctx, n, rec, kTlsHeaderBytes);
+    imb_->update(&imb_->key, &imb_->ctx, out, rec + kTlsHeaderBytes, body);
+    imb_->finalize(&imb_->key, &imb_->ctx, computed, kTlsTagBytes);
+    if (CRYPTO_memcmp(computed, tag, kTlsTagBytes) != 0) return -1;
+  }
+#endif
+  if (!imb_) {
+    int outl = 0, fin = 0;
+    if (EVP_DecryptInit_ex(ctx_, nullptr, nullptr, nullptr, n) != 1 ||
+        EVP_DecryptUpdate(ctx_, nullptr, &outl, rec, int(kTlsHeaderBytes)) != 1 ||
+        EVP_DecryptUpdate(ctx_, out, &outl, rec + kTlsHeaderBytes, int(body)) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, int(kTlsTagBytes), tag) != 1 ||
+        EVP_DecryptFinal_ex(ctx_, out + outl, &fin) != 1)
+      return -1;
+  }
   // The inner plaintext ends with the content type, then zero padding.
   size_t end = body;
   while (end > 0 && out[end - 1] == 0) --end;

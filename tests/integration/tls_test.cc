@@ -16,6 +16,7 @@
 #include "perf/verify.h"
 #include "raw_client.h"
 #include "target/target.h"
+#include "transport/tls_records.h"
 
 namespace sens::testing {
 namespace {
@@ -182,6 +183,31 @@ TEST_F(TlsTest, BothSuitesWithAndWithoutDigests) {
     }
 }
 
+// Sessions are counted by whose AES-GCM protects their records (sens_tls_sessions_total's
+// aes_gcm label); the process's choice applies to the connections made after it.
+TEST_F(TlsTest, SessionsAreCountedByTheirAesGcm) {
+  auto sessions = [&](int k) {
+    uint64_t n = 0;
+    for (auto& r : target_->metrics_snapshot().reactors) n += r.tls_sessions[k];
+    return n;
+  };
+  std::string why;
+  const bool imb = transport::aes_gcm() == transport::AesGcm::kIpsecMb;
+  ASSERT_EQ(connect(dir_.file("psk256"), false), "");
+  verified_io();
+  ctrl_->shutdown();
+  EXPECT_EQ(sessions(0), imb ? 3u : 0u);  // the admin queue and two I/O queues
+  EXPECT_EQ(sessions(1), imb ? 0u : 3u);
+  ASSERT_TRUE(transport::set_aes_gcm(transport::AesGcm::kOpenSsl, &why));
+  const std::string e = connect(dir_.file("psk384"), true);
+  if (e.empty()) verified_io();
+  ctrl_->shutdown();
+  ASSERT_TRUE(transport::set_aes_gcm(transport::AesGcm::kAuto, &why));
+  ASSERT_EQ(e, "");
+  EXPECT_EQ(sessions(1), imb ? 3u : 6u);
+  EXPECT_EQ(sessions(2), 0u);
+}
+
 TEST_F(TlsTest, CoalescedPdusShareTlsWrites) {
   ASSERT_EQ(connect(dir_.file("psk256"), false), "");
   std::vector<uint8_t> mem;
@@ -228,6 +254,29 @@ TEST(TlsCli, PerfVerifiesAndTheTargetLogsRefusals) {
       60000);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find(" 0 failed"), std::string::npos) << r.out;
+  // The target seals with its default AES-GCM (ipsec-mb where it runs), this host with
+  // OpenSSL's: the same records either way, verified.
+  EXPECT_NE(read_file(dir.file("out")).find("records' AES-GCM by "), std::string::npos)
+      << read_file(dir.file("out"));
+  r = run_command(
+      {SENS_BINARY, "perf", "-r", trid, "--tls", dir.file("psk"), "--tls-aes-gcm", "openssl",
+       "--rw", "randrw", "--bs", "16k", "--qd", "16", "--time", "1", "--verify"},
+      60000);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(" 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("TLS 1.3, records' AES-GCM by OpenSSL"), std::string::npos) << r.out;
+  r = run_command({SENS_BINARY, "perf", "-r", trid, "--tls", dir.file("psk"), "--tls-aes-gcm",
+                   "aes-ni", "--time", "1"},
+                  30000);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--tls-aes-gcm: 'aes-ni': expected auto, ipsec-mb or openssl"),
+            std::string::npos)
+      << r.err;
+  r = run_command({SENS_BINARY, "target", "--tls-aes-gcm", "fast", "--ns", "ram:1M"}, 30000);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--tls-aes-gcm 'fast': expected auto, ipsec-mb or openssl"),
+            std::string::npos)
+      << r.err;
   // Shared connections over TLS: submitters' commands go through one TLS channel each.
   for (const char* share : {"lock", "sendlist"}) {
     r = run_command({SENS_BINARY, "perf",   "-r",       trid,  "--tls",         dir.file("psk"),
