@@ -122,7 +122,8 @@ class TlsChannel {
   static constexpr size_t kRecordRoom = kRecordPlain + 256;  // a record's largest ciphertext
   static constexpr size_t kOutBatch = 4 * kRecordRoom;       // encrypt no further ahead
   static constexpr size_t kOutCap = kOutBatch + kRecordRoom;
-  static constexpr size_t kMaxRecords = 8;  // records of one batch (4 full + short ones)
+  static constexpr size_t kMaxRecords = 16;          // records of one batch (4 full + short ones)
+  static constexpr size_t kRecordAlignPiece = 8192;  // pieces this large start a record
   struct Record {
     size_t cipher_end;  // in out_
     size_t plain;

@@ -99,10 +99,27 @@ size_t TlsChannel::send_records(const iovec* iov, size_t iovcnt, size_t skip, Io
   // The first byte not sealed yet: `taken_before` bytes into the list (after `skip`).
   size_t i = 0, off = skip + taken_before;
   while (i < iovcnt && off >= iov[i].iov_len) off -= iov[i++].iov_len;
-  while (out_len_ < kOutBatch && nrecords_ < kMaxRecords) {
+  // The first full record leaves on its own, the rest of the batch after it: the peer opens
+  // it while this side seals the others, instead of waiting for the whole batch (16 KiB
+  // writes at QD8, where the two sides otherwise take turns: 1.26x, 8 of 8 alternated pairs).
+  bool first = true;
+  while (nrecords_ < kMaxRecords) {
+    if (first && out_len_ >= kRecordPlain) {
+      first = false;
+      *io = flush_out();
+      delivered += take_delivered();
+      if (*io != Io::kOk) return delivered;
+      out_head_ = out_len_ = 0;
+    }
+    if (out_len_ >= kOutBatch) break;
     size_t plain = 0;
-    for (size_t j = i, o = off; j < iovcnt && plain < kRecordPlain; ++j, o = 0)
+    for (size_t j = i, o = off; j < iovcnt && plain < kRecordPlain; ++j, o = 0) {
+      // A payload (a large piece) starts a record: the reader, which reads a PDU's header
+      // into its staging and then the payload into its buffer, opens such a record straight
+      // into the buffer; one that began with the header would go to staging and be copied.
+      if (plain > 0 && o == 0 && iov[j].iov_len >= kRecordAlignPiece) break;
       plain += std::min(iov[j].iov_len - o, kRecordPlain - plain);
+    }
     if (plain == 0) break;  // all sealed
     out_len_ += send_keys_.seal(iov, iovcnt, &i, &off, plain, tls_content::kApplicationData,
                                 out_.get() + out_len_);

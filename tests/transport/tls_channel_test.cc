@@ -46,8 +46,8 @@ TEST(TlsChannel, WriteToAClosedPeerFailsWithoutSigpipe) {
 
 // A list of many small and large pieces leaves in records of up to 16 KiB, a batch of records
 // per send(), over a non-blocking socket that fills up: the bytes arrive in order, each counted
-// as sent exactly once and only once its record is in the kernel, and far fewer send() calls
-// than records are made.
+// as sent exactly once and only once its record is in the kernel, and fewer send() calls than
+// records are made.
 TEST(TlsChannel, SendBatchesRecordsAndCountsBytesOnceTheyLeave) {
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -107,8 +107,9 @@ TEST(TlsChannel, SendBatchesRecordsAndCountsBytesOnceTheyLeave) {
   EXPECT_TRUE(got == data) << "bytes changed or reordered";
   EXPECT_GT(blocked, 0) << "the socket never filled: the test did not exercise waiting records";
   const uint64_t records = data.size() / 16384;
-  // Each wait costs one send() that finds the socket full; the rest carry batches.
-  EXPECT_LT(c.send_syscalls() - uint64_t(blocked), records / 2)
+  // Each wait costs one send() that finds the socket full; the rest carry batches: a call's
+  // first record alone, then the rest of its 4 in one send().
+  EXPECT_LT(c.send_syscalls() - uint64_t(blocked), records * 3 / 4)
       << "send() calls " << c.send_syscalls() << ", waits " << blocked;
   ::close(sv[0]);
   ::close(sv[1]);
