@@ -177,9 +177,9 @@ TEST(TlsRecordKeys, IpsecMbAndOpenSslSealAndOpenTheSameRecords) {
       uint8_t type = 0;
       ASSERT_EQ(open_imb.open(b.data(), lb, out.data(), &type), long(plain)) << n;
       EXPECT_EQ(type, tls_content::kApplicationData);
-      EXPECT_EQ(std::memcmp(out.data(), data.data(), plain), 0) << n;
+      EXPECT_TRUE(std::equal(data.begin(), data.end(), out.begin())) << n;
       ASSERT_EQ(open_ossl.open(a.data(), la, a.data() + kTlsHeaderBytes, &type), long(plain));
-      EXPECT_EQ(std::memcmp(a.data() + kTlsHeaderBytes, data.data(), plain), 0) << n;
+      EXPECT_TRUE(std::equal(data.begin(), data.end(), a.begin() + kTlsHeaderBytes)) << n;
     }
     // A flipped bit anywhere (header, body, tag) fails both; each consumes a sequence number,
     // as a connection ends there anyway.
