@@ -105,6 +105,10 @@ class TlsChannel {
   const char* aes_gcm() const {
     return own_records_ ? aes_gcm_name(send_keys_.engine()) : "openssl";
   }
+  // sens's record layer on these traffic secrets, with no handshake: what the handshake's end
+  // does with the secrets OpenSSL hands over; called directly by the record fuzzer only.
+  bool start_records_with(uint16_t suite, bool server, const uint8_t* client_secret,
+                          const uint8_t* server_secret, size_t len);
   // The server's view: the identity the host used (valid once established).
   const std::string& peer_identity() const { return peer_identity_; }
 

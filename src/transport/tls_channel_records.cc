@@ -55,16 +55,23 @@ void TlsChannel::key_log(const char* line) {
 bool TlsChannel::start_records() {
   const SSL_CIPHER* c = SSL_get_current_cipher(ssl_);
   const uint16_t suite = c ? uint16_t(SSL_CIPHER_get_id(c) & 0xFFFF) : 0;
-  const bool server = SSL_is_server(ssl_) == 1;
-  bool ok = client_secret_len_ && server_secret_len_;
-  if (!ok) error_ = "TLS records: OpenSSL handed over no traffic secrets";
-  ok = ok && send_keys_.init(suite, server ? server_secret_ : client_secret_,
-                             server ? server_secret_len_ : client_secret_len_, true, &error_);
-  ok = ok && recv_keys_.init(suite, server ? client_secret_ : server_secret_,
-                             server ? client_secret_len_ : server_secret_len_, false, &error_);
+  if (!client_secret_len_ || !server_secret_len_) {
+    error_ = "TLS records: OpenSSL handed over no traffic secrets";
+    return false;
+  }
+  const bool ok = start_records_with(suite, SSL_is_server(ssl_) == 1, client_secret_,
+                                     server_secret_, client_secret_len_);
   OPENSSL_cleanse(client_secret_, sizeof client_secret_);
   OPENSSL_cleanse(server_secret_, sizeof server_secret_);
-  if (!ok) return false;
+  return ok;
+}
+
+bool TlsChannel::start_records_with(uint16_t suite, bool server, const uint8_t* client_secret,
+                                    const uint8_t* server_secret, size_t len) {
+  own_records_ = established_ = true;
+  if (!send_keys_.init(suite, server ? server_secret : client_secret, len, true, &error_) ||
+      !recv_keys_.init(suite, server ? client_secret : server_secret, len, false, &error_))
+    return false;
   in_.reset(new uint8_t[kInCap]);
   records_on_ = true;
   return true;

@@ -8,7 +8,7 @@ build=${1:-build-fuzz}
 seconds=${2:-60}
 src="$(cd "$(dirname "$0")" && pwd)"
 rc=0
-for name in pdu_reader target_dispatch reservation_record rpc_request; do
+for name in pdu_reader target_dispatch reservation_record rpc_request tls_records; do
   bin="$build/fuzz_$name"
   scratch="$build/fuzz-corpus/$name"
   artifacts="$build/fuzz-artifacts"
