@@ -399,10 +399,7 @@ int limit_main(int argc, char** argv) {
                  "records (TLS_AES_128_GCM_SHA256, sens's record layer). No NVMe work either way")
       ->capture_default_str();
   std::string aes_gcm = "auto";
-  app.add_option("--tls-aes-gcm", aes_gcm,
-                 "with --security tls: who computes AES-GCM, as sens target's option (auto, "
-                 "ipsec-mb, openssl)")
-      ->capture_default_str();
+  sens::tools::add_tls_aes_gcm_option(app, aes_gcm);
   app.add_option("--target-core", o.target_core, "core of the target thread (-1: not pinned)")
       ->capture_default_str();
   app.add_option("--client-core", o.client_core, "core of the client thread (-1: not pinned)")

@@ -31,4 +31,13 @@ inline void add_host_security_options(CLI::App& app, std::string& dhchap_secret,
       ->type_name("PSKFILE");
 }
 
+// --tls-aes-gcm, as sens target, sens perf and sens_limit take it (their callers parse it).
+inline void add_tls_aes_gcm_option(CLI::App& app, std::string& name) {
+  app.add_option("--tls-aes-gcm", name,
+                 "who computes TLS records' AES-GCM, for the whole process: auto (Intel's "
+                 "ipsec-mb with the CPU's widest AES code where it runs, else OpenSSL), ipsec-mb, "
+                 "openssl (OpenSSL's EVP: a FIPS-validated provider, say)")
+      ->capture_default_str();
+}
+
 }  // namespace sens::tools

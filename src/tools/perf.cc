@@ -102,10 +102,7 @@ int perf_main(int argc, char** argv) {
   sens::tools::add_host_security_options(app, o.dhchap_secret, o.dhchap_ctrl_secret,
                                          o.tls_psk_file);
   std::string aes_gcm = "auto";
-  app.add_option("--tls-aes-gcm", aes_gcm,
-                 "who computes TLS records' AES-GCM: auto (ipsec-mb where it runs, else "
-                 "OpenSSL), ipsec-mb, openssl")
-      ->capture_default_str();
+  sens::tools::add_tls_aes_gcm_option(app, aes_gcm);
   app.add_flag("-q,--quiet", quiet, "no progress line every second");
   if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   o.progress = !quiet;

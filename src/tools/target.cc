@@ -85,11 +85,7 @@ int run_target(int argc, char** argv) {
                  "PSK file: NVMeTLSkey-1:xx:...: keys (nvme gen-tls-key), one per line")
       ->type_name("PSKFILE");
   std::string aes_gcm = "auto";
-  app.add_option("--tls-aes-gcm", aes_gcm,
-                 "who computes TLS records' AES-GCM: auto (Intel's ipsec-mb with the CPU's "
-                 "widest AES code where it runs, else OpenSSL), ipsec-mb, openssl (OpenSSL's "
-                 "EVP: a FIPS-validated provider, say)")
-      ->capture_default_str();
+  tools::add_tls_aes_gcm_option(app, aes_gcm);
   app.add_option("--ns", namespaces,
                  "namespace backend, repeatable: ram:SIZE (memory), file:PATH (file or block "
                  "device, O_DIRECT via io_uring), null:SIZE (discards writes, reads zeroes), "
