@@ -438,11 +438,8 @@ int limit_main(int argc, char** argv) {
     o.security = Security::kDigest;
   } else if (security == "tls") {
     o.security = Security::kTls;
-    sens::transport::AesGcm a;
     std::string why;
-    if (!sens::transport::parse_aes_gcm(aes_gcm, &a))
-      return usage_error("--tls-aes-gcm '" + aes_gcm + "': expected auto, ipsec-mb or openssl");
-    if (!sens::transport::set_aes_gcm(a, &why)) return usage_error("--tls-aes-gcm: " + why);
+    if (!sens::transport::set_aes_gcm(aes_gcm, &why)) return usage_error("--tls-aes-gcm: " + why);
   } else {
     return usage_error("--security '" + security + "': expected none, digest or tls");
   }

@@ -54,12 +54,7 @@ const char* share_mode_name(ShareMode m) {
 }
 
 bool set_tls_aes_gcm(std::string_view name, std::string* error) {
-  transport::AesGcm a;
-  if (!transport::parse_aes_gcm(std::string(name), &a)) {
-    *error = "'" + std::string(name) + "': expected auto, ipsec-mb or openssl";
-    return false;
-  }
-  return transport::set_aes_gcm(a, error);
+  return transport::set_aes_gcm(std::string(name), error);
 }
 
 std::string tls_aes_gcm() {

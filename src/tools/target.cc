@@ -317,17 +317,9 @@ int run_target(int argc, char** argv) {
   if (given("--pg-timeout-us")) cfg.coalesce.timeout = Nanos(pg_timeout_us) * kMicro;
   if (given("--ctrl-timeout-us")) cfg.coalesce.ctrl_timeout = Nanos(ctrl_timeout_us) * kMicro;
   if (app.count("--tls")) cfg.tls_psk_file = cli.tls_psk_file;
-  {
-    transport::AesGcm a;
-    if (!transport::parse_aes_gcm(aes_gcm, &a)) {
-      std::fprintf(stderr, "sens target: --tls-aes-gcm '%s': expected auto, ipsec-mb or openssl\n",
-                   aes_gcm.c_str());
-      return 2;
-    }
-    if (!transport::set_aes_gcm(a, &error)) {
-      std::fprintf(stderr, "sens target: --tls-aes-gcm: %s\n", error.c_str());
-      return 2;
-    }
+  if (!transport::set_aes_gcm(aes_gcm, &error)) {
+    std::fprintf(stderr, "sens target: --tls-aes-gcm: %s\n", error.c_str());
+    return 2;
   }
   if (!tls_listen.empty()) {
     cfg.tls_listen.clear();

@@ -119,18 +119,6 @@ bool expand_label(const char* digest, const uint8_t* secret, size_t secret_len, 
 
 }  // namespace
 
-bool parse_aes_gcm(const std::string& name, AesGcm* out) {
-  if (name == "auto")
-    *out = AesGcm::kAuto;
-  else if (name == "ipsec-mb")
-    *out = AesGcm::kIpsecMb;
-  else if (name == "openssl")
-    *out = AesGcm::kOpenSsl;
-  else
-    return false;
-  return true;
-}
-
 const char* aes_gcm_name(AesGcm a) {
   switch (a) {
     case AesGcm::kIpsecMb:
@@ -153,6 +141,13 @@ bool set_aes_gcm(AesGcm want, std::string* error) {
   }
   g_aes_gcm.store(want, std::memory_order_relaxed);
   return true;
+}
+
+bool set_aes_gcm(const std::string& name, std::string* error) {
+  for (AesGcm a : {AesGcm::kAuto, AesGcm::kIpsecMb, AesGcm::kOpenSsl})
+    if (name == aes_gcm_name(a)) return set_aes_gcm(a, error);
+  *error = "'" + name + "': expected auto, ipsec-mb or openssl";
+  return false;
 }
 
 AesGcm aes_gcm() {

@@ -37,11 +37,12 @@ inline constexpr uint8_t kApplicationData = 23;
 
 // Which AES-GCM seals and opens the records. kAuto: ipsec-mb where it can run, else OpenSSL.
 enum class AesGcm { kAuto, kIpsecMb, kOpenSsl };
-// "auto", "ipsec-mb", "openssl" (the command lines' --tls-aes-gcm).
-bool parse_aes_gcm(const std::string& name, AesGcm* out);
 // The process's choice for the keys made from now on (start-up, before connections); false
 // with *error when ipsec-mb is asked for and cannot run here.
 bool set_aes_gcm(AesGcm want, std::string* error);
+// The same by name, "auto", "ipsec-mb" or "openssl" (the command lines' --tls-aes-gcm, the host
+// library's set_tls_aes_gcm); another name: false and *error says what was expected.
+bool set_aes_gcm(const std::string& name, std::string* error);
 // The implementation keys made now use (kIpsecMb or kOpenSsl), and its description for logs:
 // "ipsec-mb 1.3.0 (AVX-512)", "OpenSSL 3.0.19 (EVP)".
 AesGcm aes_gcm();

@@ -274,7 +274,7 @@ TEST(TlsCli, PerfVerifiesAndTheTargetLogsRefusals) {
       << r.err;
   r = run_command({SENS_BINARY, "target", "--tls-aes-gcm", "fast", "--ns", "ram:1M"}, 30000);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--tls-aes-gcm 'fast': expected auto, ipsec-mb or openssl"),
+  EXPECT_NE(r.err.find("--tls-aes-gcm: 'fast': expected auto, ipsec-mb or openssl"),
             std::string::npos)
       << r.err;
   // Shared connections over TLS: submitters' commands go through one TLS channel each.
