@@ -8,7 +8,12 @@ build=${1:-build-fuzz}
 seconds=${2:-60}
 src="$(cd "$(dirname "$0")" && pwd)"
 rc=0
-for name in pdu_reader target_dispatch reservation_record rpc_request tls_records; do
+names=()
+for source in "$src"/fuzz_*.cc; do
+  name=$(basename "$source" .cc)
+  names+=("${name#fuzz_}")
+done
+for name in "${names[@]}"; do
   bin="$build/fuzz_$name"
   scratch="$build/fuzz-corpus/$name"
   artifacts="$build/fuzz-artifacts"
