@@ -172,6 +172,14 @@ bool parse_share_mode(std::string_view name, ShareMode* out);
 bool set_tls_aes_gcm(std::string_view name, std::string* error);
 // What new TLS connections use: "ipsec-mb 1.3.0 (AVX-512, VAES)", "OpenSSL 3.0.19 (EVP)".
 std::string tls_aes_gcm();
+// Who protects the TLS records of the connections the process makes from now on, after
+// OpenSSL's handshake: "auto" (the kernel's TLS, kTLS, where the kernel takes the keys: it has
+// the `tls` module; else sens in user space; the default), "kernel" (kTLS or the connection
+// fails), or "sens". False and *error for another name. IoQueue::tls_records() says which a
+// connection got.
+bool set_tls_records(std::string_view name, std::string* error);
+// What this process knows of the kernel's TLS: "not tried yet", "in use", or why not.
+std::string kernel_tls_status();
 
 enum class ControllerState : uint8_t { kConnecting, kLive, kReconnecting, kFailed, kClosed };
 const char* controller_state_name(ControllerState s);
@@ -410,6 +418,9 @@ class IoQueue {
   // and wait (not from a library thread).
   uint16_t qid() const;         // the NVMe queue ID of its connection
   uint32_t maxh2cdata() const;  // the controller's MAXH2CDATA (ICResp): bytes per H2CData PDU
+  // Who protects its TLS records: "kernel" (kTLS), "sens" (user space), "openssl"; "" on
+  // plain TCP.
+  const char* tls_records() const;
   // Why its own connection last failed ("" if it never did; a shared connection's failures
   // are the controller's, see Controller::last_error).
   std::string last_error() const;

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "host/library.h"
+#include "transport/tls.h"
 #include "transport/tls_records.h"
 
 namespace sens {
@@ -59,6 +60,15 @@ bool set_tls_aes_gcm(std::string_view name, std::string* error) {
 
 std::string tls_aes_gcm() {
   return transport::aes_gcm_description();
+}
+
+bool set_tls_records(std::string_view name, std::string* error) {
+  std::string scratch;
+  return transport::set_tls_records(std::string(name), error ? error : &scratch);
+}
+
+std::string kernel_tls_status() {
+  return transport::kernel_tls_status();
 }
 
 bool parse_share_mode(std::string_view name, ShareMode* out) {

@@ -192,6 +192,15 @@ uint32_t IoQueue::maxh2cdata() const {
   return bytes;
 }
 
+const char* IoQueue::tls_records() const {
+  if (const host::Queue* q = impl_->inline_queue()) return q->tls_records();
+  host::SharedConnection* c = impl_->shared();
+  if (!c) return "";
+  const char* r = "";
+  c->owner().thread().call([&] { r = c->queue() ? c->queue()->tls_records() : ""; });
+  return r;
+}
+
 std::string IoQueue::last_error() const {
   const host::Queue* q = impl_->inline_queue();
   return q ? q->error() : std::string();

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/crc32c.h"
+#include "common/log.h"
 #include "wire/nvme_build.h"
 
 namespace sens::host {
@@ -73,6 +74,10 @@ std::string Queue::begin(int fd, std::unique_ptr<transport::TlsChannel> tls) {
     return "queue already opened";
   }
   if (tls) {
+    const bool refused = !tls->kernel_refusal().empty();
+    LOG_DEBUG("host: connection fd %d: TLS 1.3 %s, records by %s%s%s%s", fd, tls->cipher().c_str(),
+              tls->records(), refused ? " (no kernel TLS: " : "",
+              refused ? tls->kernel_refusal().c_str() : "", refused ? ")" : "");
     tls_ = std::move(tls);
     reader_.set_tls(tls_.get());
     send_->set_tls(tls_.get());

@@ -125,6 +125,7 @@ class Queue final : public EventHandler,
   uint16_t depth() const { return options_.depth; }
   uint32_t inflight() const { return inflight_; }
   uint32_t maxh2cdata() const { return maxh2cdata_; }
+  const char* tls_records() const { return tls_ ? tls_->records() : ""; }
   pdu::Digests digests() const { return digests_; }
   // In-capsule bytes for non-Fabrics commands: 8 KiB on the admin queue; on an I/O queue
   // IOCCSZ * 16 - 64 once the controller's Identify is known.

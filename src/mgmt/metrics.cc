@@ -230,13 +230,15 @@ void subsystem_metrics(Exposition& e, const target::MetricsSnapshot& m) {
   e.family("sens_tls_handshake_failures_total", "counter",
            "TLS handshakes that failed on a TLS listener (the connection was closed)");
   e.sample("sens_tls_handshake_failures_total", {}, tls_failed);
-  uint64_t tls_sessions[3] = {};
+  uint64_t tls_sessions[4] = {};
   for (auto& r : m.reactors)
-    for (int k = 0; k < 3; ++k) tls_sessions[k] += r.tls_sessions[k];
+    for (int k = 0; k < 4; ++k) tls_sessions[k] += r.tls_sessions[k];
   e.family("sens_tls_sessions_total", "counter",
            "TLS sessions established, by who protects their records after the handshake "
-           "(sens: sealed into the send batch and opened into the PDU's buffer; openssl) and "
-           "whose AES-GCM computes them (ipsec-mb, openssl)");
+           "(kernel: kTLS; sens: sealed into the send batch and opened into the PDU's buffer; "
+           "openssl) and whose AES-GCM computes them (kernel, ipsec-mb, openssl)");
+  e.sample("sens_tls_sessions_total", {{"records", "kernel"}, {"aes_gcm", "kernel"}},
+           tls_sessions[3]);
   e.sample("sens_tls_sessions_total", {{"records", "sens"}, {"aes_gcm", "ipsec-mb"}},
            tls_sessions[0]);
   e.sample("sens_tls_sessions_total", {{"records", "sens"}, {"aes_gcm", "openssl"}},

@@ -206,8 +206,28 @@ int Engine::run() {
                format_size(workers_[0]->maxh2cdata()).c_str(), o_.hdr_digest ? "hdr" : "-",
                o_.data_digest ? "data" : "-", coalesce::policy_name(o_.coalesce.policy),
                poll_mode_name(o_.poll));
-  if (!o_.tls_psk_file.empty())
-    std::fprintf(out_, "TLS 1.3, records' AES-GCM by %s\n", sens::tls_aes_gcm().c_str());
+  if (!o_.tls_psk_file.empty()) {
+    // Which records each connection got: the kernel's (kTLS) or sens's, with its AES-GCM.
+    size_t kernel = 0, all = 0;
+    for (auto& w : workers_)
+      for (auto& r : w->tls_records()) {
+        ++all;
+        kernel += r == "kernel";
+      }
+    std::string how;
+    if (kernel > 0)
+      how = "by the kernel (kTLS) on " + std::to_string(kernel) + " of " + std::to_string(all) +
+            " connection(s)";
+    if (kernel < all) {
+      if (!how.empty()) how += ", ";
+      how += "by sens with AES-GCM by " + sens::tls_aes_gcm();
+      if (kernel == 0) {
+        const std::string k = sens::kernel_tls_status();
+        if (k != "not tried yet") how += " (kernel TLS: " + k + ")";
+      }
+    }
+    std::fprintf(out_, "TLS 1.3, records %s\n", how.c_str());
+  }
   if (o_.threads > 1 || o_.share != ShareMode::kNone)
     std::fprintf(out_, "%u thread(s) x %u queue(s), share %s over %u connection(s)\n", o_.threads,
                  o_.queues, share_mode_name(o_.share),

@@ -163,6 +163,8 @@ class Worker {
     return measured_ ? double(measure_end_ - measure_start_) / kSecond : 0;
   }
   uint32_t maxh2cdata() const { return maxh2cdata_; }
+  // Who protects each queue's TLS records ("kernel", "sens"; "" on plain TCP).
+  const std::vector<std::string>& tls_records() const { return tls_records_; }
   const sens::Summary& timer_late() const { return timer_late_; }
 
  private:
@@ -228,6 +230,7 @@ class Worker {
   std::vector<uint64_t> written_, busy_;  // by block, relative to first_block_
   uint64_t rng_ = 0;
   uint32_t maxh2cdata_ = 0;
+  std::vector<std::string> tls_records_;
 
   Nanos rate_interval_ = 0, next_issue_ = 0;
   std::vector<uint32_t> paced_;

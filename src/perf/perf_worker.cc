@@ -29,6 +29,7 @@ std::string Worker::setup() {
     queues_.push_back(std::move(q));
   }
   maxh2cdata_ = queues_[0]->maxh2cdata();
+  for (auto& q : queues_) tls_records_.push_back(q->tls_records());
   // This worker's share of the region's blocks.
   const uint64_t t = o.threads;
   first_block_ = e_.blocks_ * uint64_t(index_) / t;

@@ -136,7 +136,7 @@ ReactorSnapshot ReactorContext::collect_metrics() {
   s.reactor = reactor.stats();
   s.coalesce = total_stats();
   s.tls_handshake_failures = io_metrics.tls_handshake_failures;
-  for (int k = 0; k < 3; ++k) s.tls_sessions[k] = io_metrics.tls_sessions[k];
+  for (int k = 0; k < 4; ++k) s.tls_sessions[k] = io_metrics.tls_sessions[k];
   for (int k = 0; k < 4; ++k) s.stalled[k] = io_metrics.stalled[k];
   s.connections_closed = closed_connections_;
   qos::Counters q = qos.totals();

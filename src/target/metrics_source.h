@@ -78,8 +78,9 @@ class IoMetrics {
   }
   uint64_t tls_handshake_failures = 0;
   // TLS sessions established, by who protects their records and whose AES-GCM: 0 sens's
-  // records with ipsec-mb, 1 sens's with OpenSSL's EVP, 2 OpenSSL's record layer.
-  uint64_t tls_sessions[3] = {};
+  // records with ipsec-mb, 1 sens's with OpenSSL's EVP, 2 OpenSSL's record layer, 3 the
+  // kernel's (kTLS).
+  uint64_t tls_sessions[4] = {};
   // Connections ended by a stall deadline, by StallWatch::Kind (send, h2c, pdu).
   uint64_t stalled[4] = {};
   void reset();
@@ -113,7 +114,7 @@ struct ReactorSnapshot {
   ReactorStats reactor;
   coalesce::Stats coalesce;
   uint64_t tls_handshake_failures = 0;
-  uint64_t tls_sessions[3] = {};  // IoMetrics::tls_sessions
+  uint64_t tls_sessions[4] = {};  // IoMetrics::tls_sessions
   uint64_t stalled[4] = {};       // IoMetrics::stalled
   uint64_t connections_closed = 0;
   uint64_t qos_throttled = 0, qos_delay_ns = 0;  // commands QoS held, and for how long

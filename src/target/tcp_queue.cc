@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -119,11 +120,24 @@ void TcpQueue::step_handshake() {
     close("TLS handshake failed");
     return;
   }
+  std::string records = tls_->records();
+  if (!tls_->kernel_refusal().empty())
+    records += " (no kernel TLS: " + tls_->kernel_refusal() + ")";
   LOG_DEBUG("connection %llu (%s): TLS 1.3 %s, identity '%s', records by %s, AES-GCM by %s",
             static_cast<unsigned long long>(id_), endpoint_.peer.c_str(), tls_->cipher().c_str(),
-            tls_->peer_identity().c_str(), tls_->records(), tls_->aes_gcm());
+            tls_->peer_identity().c_str(), records.c_str(), tls_->aes_gcm());
+  if (!tls_->kernel_refusal().empty()) {
+    // Said once per process at INFO: the operator asked for auto and gets user-space records.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      LOG_INFO("TLS records by sens in user space: the kernel's TLS is not available (%s)",
+               tls_->kernel_refusal().c_str());
+  }
   const bool own = std::strcmp(tls_->records(), "sens") == 0;
-  ++ctx_.io_metrics.tls_sessions[!own ? 2 : std::strcmp(tls_->aes_gcm(), "ipsec-mb") == 0 ? 0 : 1];
+  ++ctx_.io_metrics.tls_sessions[tls_->kernel_records()                          ? 3
+                                 : !own                                          ? 2
+                                 : std::strcmp(tls_->aes_gcm(), "ipsec-mb") == 0 ? 0
+                                                                                 : 1];
   reader_.set_tls(tls_.get());
   sendq_.set_tls(tls_.get());
   state_ = State::kWaitIC;

@@ -40,4 +40,13 @@ inline void add_tls_aes_gcm_option(CLI::App& app, std::string& name) {
       ->capture_default_str();
 }
 
+// --tls-records, as sens target and sens perf take it (their callers parse it).
+inline void add_tls_records_option(CLI::App& app, std::string& name) {
+  app.add_option("--tls-records", name,
+                 "who protects TLS records after the handshake, for the whole process: auto "
+                 "(the kernel's TLS, kTLS, where the kernel has the tls module, else sens in "
+                 "user space), kernel (kTLS, or the connection fails), sens")
+      ->capture_default_str();
+}
+
 }  // namespace sens::tools

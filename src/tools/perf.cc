@@ -103,6 +103,8 @@ int perf_main(int argc, char** argv) {
                                          o.tls_psk_file);
   std::string aes_gcm = "auto";
   sens::tools::add_tls_aes_gcm_option(app, aes_gcm);
+  std::string tls_records = "auto";
+  sens::tools::add_tls_records_option(app, tls_records);
   app.add_flag("-q,--quiet", quiet, "no progress line every second");
   if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
   o.progress = !quiet;
@@ -120,6 +122,8 @@ int perf_main(int argc, char** argv) {
   if (!sz) return usage("--size '" + size + "' is not a size");
   o.size = *sz;
   if (std::string why; !sens::set_tls_aes_gcm(aes_gcm, &why)) return usage("--tls-aes-gcm: " + why);
+  if (std::string why; !sens::set_tls_records(tls_records, &why))
+    return usage("--tls-records: " + why);
   if (!sens::coalesce::parse_policy(policy, &o.coalesce.policy))
     return usage("--coalesce '" + policy + "': expected off, eager, uniform, semantic or adaptive");
   if (!sens::parse_share_mode(share, &o.share))

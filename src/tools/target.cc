@@ -86,6 +86,8 @@ int run_target(int argc, char** argv) {
       ->type_name("PSKFILE");
   std::string aes_gcm = "auto";
   tools::add_tls_aes_gcm_option(app, aes_gcm);
+  std::string tls_records = "auto";
+  tools::add_tls_records_option(app, tls_records);
   app.add_option("--ns", namespaces,
                  "namespace backend, repeatable: ram:SIZE (memory), file:PATH (file or block "
                  "device, O_DIRECT via io_uring), null:SIZE (discards writes, reads zeroes), "
@@ -321,6 +323,10 @@ int run_target(int argc, char** argv) {
     std::fprintf(stderr, "sens target: --tls-aes-gcm: %s\n", error.c_str());
     return 2;
   }
+  if (!transport::set_tls_records(tls_records, &error)) {
+    std::fprintf(stderr, "sens target: --tls-records: %s\n", error.c_str());
+    return 2;
+  }
   if (!tls_listen.empty()) {
     cfg.tls_listen.clear();
     for (auto& l : tls_listen) {
@@ -443,12 +449,21 @@ int run_target(int argc, char** argv) {
   }
   const auto bound = t.bound();
   const target::Target::Bound* first_io = nullptr;
+  // Who protects TLS records: the kernel (kTLS) where it takes the keys, or sens.
+  const transport::TlsRecords records = transport::tls_records();
+  const std::string tls_how =
+      records == transport::TlsRecords::kKernel ? "records by the kernel (kTLS)"
+      : records == transport::TlsRecords::kAuto
+          ? "records by the kernel (kTLS) where it has the tls module, else by sens with "
+            "AES-GCM by " +
+                transport::aes_gcm_description()
+          : "records by sens with AES-GCM by " + transport::aes_gcm_description();
   for (auto& b : bound) {
     std::printf("listening on %s:%u (%s%s)\n", b.host.c_str(), b.port,
                 b.discovery ? "discovery"
-                : b.tls     ? "I/O, TLS 1.3, records' AES-GCM by "
+                : b.tls     ? "I/O, TLS 1.3, "
                             : "I/O",
-                b.tls && !b.discovery ? transport::aes_gcm_description().c_str() : "");
+                b.tls && !b.discovery ? tls_how.c_str() : "");
     if (!b.discovery && !first_io) first_io = &b;
   }
   std::printf(

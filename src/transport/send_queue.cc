@@ -240,6 +240,10 @@ void SendQueue::wait_writable() {
   owner_.want_writable(true);
 }
 
+void SendQueue::set_tls(TlsChannel* tls) {
+  tls_ = tls && !tls->kernel_records() ? tls : nullptr;
+}
+
 bool SendQueue::send_tls() {
   // The committed PDUs as one list from the first byte not yet counted as sent; the channel
   // skips what it has encrypted already and takes a batch of records' worth (~64 KiB), so a

@@ -60,8 +60,9 @@ class SendQueue final : public PassEndHandler {
 
   void set_fd(int fd) { fd_ = fd; }
   // Sends through TLS from now on: the channel packs the committed PDUs into records of up to
-  // 16 KiB, so a coalesced group leaves in shared records, with one send() per batch.
-  void set_tls(TlsChannel* tls) { tls_ = tls; }
+  // 16 KiB, so a coalesced group leaves in shared records, with one send() per batch. On the
+  // kernel's records the plain sendmsg() path serves (the kernel seals what it is given).
+  void set_tls(TlsChannel* tls);
   // Changes the policy (e.g. an admin queue that must never delay: Policy::kOff).
   void set_config(const coalesce::Config& config);
   // The same, keeping the counters (a live retune): what is queued leaves first, the next

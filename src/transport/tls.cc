@@ -198,7 +198,10 @@ TlsContext::~TlsContext() {
 }
 
 TlsChannel::TlsChannel(TlsContext& ctx, int fd)
-    : ssl_(SSL_new(ctx.ctx())), fd_(fd), own_records_(ctx.records() == TlsRecords::kSens) {
+    : ssl_(SSL_new(ctx.ctx())),
+      fd_(fd),
+      own_records_(ctx.records() != TlsRecords::kOpenSsl),
+      want_(ctx.records()) {
   if (!ssl_) return;
   SSL_set_app_data(ssl_, this);
   // sens takes over the socket after the handshake: OpenSSL must not read past its end.
@@ -220,6 +223,7 @@ TlsChannel::~TlsChannel() {
   SSL_free(ssl_);
   OPENSSL_cleanse(client_secret_, sizeof client_secret_);
   OPENSSL_cleanse(server_secret_, sizeof server_secret_);
+  OPENSSL_cleanse(kernel_rx_secret_, sizeof kernel_rx_secret_);
 }
 
 TlsChannel::Io TlsChannel::classify(int ret, const char* what) {
@@ -254,13 +258,18 @@ TlsChannel::Io TlsChannel::handshake() {
     error_ = "TLS: no session";
     return Io::kError;
   }
-  if (established_) return flush_out();  // the last flight may still be waiting
+  if (established_) {  // the last flight may still be waiting
+    Io f = flush_out();
+    return f == Io::kOk && records_owed_ ? take_over_records() : f;
+  }
   ERR_clear_error();
   int r = SSL_do_handshake(ssl_);
   if (r == 1) {
     established_ = true;
-    if (own_records_ && !start_records()) return Io::kError;
-    return flush_out();
+    records_owed_ = own_records_;
+    // The last flight leaves under OpenSSL's records before the kernel's may take the socket.
+    Io f = flush_out();
+    return f == Io::kOk && records_owed_ ? take_over_records() : f;
   }
   Io io = classify(r, "TLS handshake");
   if (io == Io::kClosed && !lookup_error_.empty()) error_ += " (" + lookup_error_ + ")";
@@ -272,6 +281,7 @@ TlsChannel::Io TlsChannel::handshake() {
 }
 
 size_t TlsChannel::read(void* buf, size_t len, Io* io) {
+  if (kernel_) return read_kernel(buf, len, io);
   if (records_on_) return read_records(buf, len, io);
   size_t n = 0;
   ERR_clear_error();
@@ -335,6 +345,7 @@ size_t TlsChannel::take_delivered() {
 }
 
 size_t TlsChannel::send(const iovec* iov, size_t iovcnt, size_t skip, Io* io) {
+  if (kernel_) return send_kernel(iov, iovcnt, skip, io);
   if (records_on_) return send_records(iov, iovcnt, skip, io);
   *io = flush_out();
   const size_t taken_before = taken_;  // the caller's list starts with these bytes
@@ -388,12 +399,17 @@ size_t TlsChannel::write(const void* buf, size_t len, Io* io) {
 }
 
 bool TlsChannel::pending() const {
+  if (kernel_) return false;  // the kernel holds it: the socket is readable
   if (records_on_) return plain_head_ < plain_end_ || buffered_record();
   return ssl_ && SSL_has_pending(ssl_) == 1;
 }
 
 bool TlsChannel::request_key_update() {
   if (!established_) return false;
+  if (kernel_) {
+    error_ = "a KeyUpdate is not sent on kernel TLS records";
+    return false;
+  }
   if (!records_on_) return SSL_key_update(ssl_, SSL_KEY_UPDATE_REQUESTED) == 1;
   key_update_owed_ = key_update_ask_ = true;
   return true;

@@ -1,7 +1,8 @@
 #pragma once
-// TLS 1.3 with an external PSK for NVMe/TCP (TP 8011), on OpenSSL in user space (this kernel
-// has no kTLS): a context per side and a channel per connection, driven by the reactor on a
-// non-blocking socket. The PduReader and SendQueue use the channel instead of readv/sendmsg
+// TLS 1.3 with an external PSK for NVMe/TCP (TP 8011): OpenSSL's handshake, then the records
+// by the kernel (kTLS) where it has the `tls` module, else by sens in user space
+// (tls_records.h); a context per side and a channel per connection, driven by the reactor on
+// a non-blocking socket. The PduReader and SendQueue use the channel instead of readv/sendmsg
 // when one is set (a single predictable branch per call when it is not).
 #include <sys/uio.h>
 
@@ -27,11 +28,27 @@ struct TlsPsk {
   uint8_t hash = 1;  // 1 SHA-256, 2 SHA-384: picks the cipher suite
 };
 
-// Who protects the records once the handshake is done: sens (tls_records.h: encrypted from the
-// caller's pieces into the send batch, decrypted into the caller's buffer; the default), or
-// OpenSSL's own record layer (SSL_read/SSL_write; kept for the tests that check the two
-// against each other).
-enum class TlsRecords { kSens, kOpenSsl };
+// Who protects the records once the handshake is done:
+// - kSens: sens (tls_records.h: encrypted from the caller's pieces into the send batch,
+//   decrypted into the caller's buffer);
+// - kOpenSsl: OpenSSL's own record layer (SSL_read/SSL_write; kept for the tests that check
+//   the others against it);
+// - kKernel: the kernel's TLS (kTLS: setsockopt TCP_ULP "tls", then the keys of each
+//   direction): the socket carries plaintext for sens, the kernel encrypts in its own copy of
+//   the payload into socket buffers and decrypts straight into the reader's buffer, so the
+//   copy user-space TLS adds is gone. A connection fails if the kernel refuses;
+// - kAuto (the default): kKernel where the kernel takes the keys, else kSens; each
+//   connection reports which (records(), and why not the kernel: kernel_refusal()).
+enum class TlsRecords { kSens, kOpenSsl, kKernel, kAuto };
+const char* tls_records_name(TlsRecords r);  // "sens", "openssl", "kernel", "auto"
+// The process's choice for the contexts made from now on (the command lines' --tls-records,
+// the host library's set_tls_records): "auto", "kernel" or "sens"; another name: false and
+// *error says what was expected.
+bool set_tls_records(const std::string& name, std::string* error);
+TlsRecords tls_records();
+// What this process knows of the kernel's TLS: "not tried yet", "in use", or why it is not
+// ("setsockopt(TCP_ULP, tls): No such file or directory: this kernel has no tls module").
+std::string kernel_tls_status();
 
 class TlsContext {
  public:
@@ -56,7 +73,7 @@ class TlsContext {
   bool server_ = false;
   Lookup lookup_;
   TlsPsk psk_;
-  TlsRecords records_ = TlsRecords::kSens;
+  TlsRecords records_ = tls_records();
 };
 
 // Records leave in batches: OpenSSL encrypts each record into the channel's own buffer (the
@@ -97,13 +114,19 @@ class TlsChannel {
   const std::string& error() const { return error_; }
   std::string cipher() const;
   // Starts a TLS 1.3 KeyUpdate that asks the peer to update too (RFC 8446 4.6.3); it leaves
-  // with the next send(). Long-lived connections may rotate keys; the tests use it.
+  // with the next send(). Long-lived connections may rotate keys; the tests use it. Not on
+  // kernel records (false): a kernel before 6.14 cannot change a socket's keys.
   bool request_key_update();
-  // Who protects the records: "sens" or "openssl" (TlsRecords).
-  const char* records() const { return own_records_ ? "sens" : "openssl"; }
-  // Whose AES-GCM protects them: "ipsec-mb" or "openssl" (valid once established).
+  // Who protects the records: "kernel", "sens" or "openssl" (TlsRecords; valid once
+  // established).
+  const char* records() const { return kernel_ ? "kernel" : own_records_ ? "sens" : "openssl"; }
+  bool kernel_records() const { return kernel_; }
+  // Why the kernel does not protect this connection's records when kAuto wanted it to
+  // (empty otherwise): "setsockopt(TCP_ULP, tls): ...".
+  const std::string& kernel_refusal() const { return kernel_refusal_; }
+  // Whose AES-GCM protects them: "kernel", "ipsec-mb" or "openssl" (valid once established).
   const char* aes_gcm() const {
-    return own_records_ ? aes_gcm_name(send_keys_.engine()) : "openssl";
+    return kernel_ ? "kernel" : own_records_ ? aes_gcm_name(send_keys_.engine()) : "openssl";
   }
   // sens's record layer on these traffic secrets, with no handshake: what the handshake's end
   // does with the secrets OpenSSL hands over; called directly by the record fuzzer only.
@@ -133,8 +156,18 @@ class TlsChannel {
     size_t plain;
   };
   Io classify(int ret, const char* what);
+  // The end of the handshake (its last flight sent): the kernel's records or sens's take over.
+  Io take_over_records();
+  // The kernel's records (tls_kernel.cc): both directions' keys in (kIn), or *why not:
+  // refused before any key went in (the socket is as it was: kRefused), or the send keys in
+  // and the receive keys refused (the connection cannot go on: kHalfIn).
+  enum class KernelKeys { kIn, kRefused, kHalfIn };
+  KernelKeys start_kernel_records(uint16_t suite, const uint8_t* tx_secret,
+                                  const uint8_t* rx_secret, size_t len, std::string* why);
+  size_t send_kernel(const iovec* iov, size_t iovcnt, size_t skip, Io* io);
+  size_t read_kernel(void* buf, size_t len, Io* io);
+  Io kernel_control(const uint8_t* bytes, size_t len, uint8_t type);
   // sens's record layer (TlsRecords::kSens).
-  bool start_records();
   size_t send_records(const iovec* iov, size_t iovcnt, size_t skip, Io* io);
   size_t read_records(void* buf, size_t len, Io* io);
   bool buffered_record() const;  // a whole record waits in in_
@@ -161,8 +194,21 @@ class TlsChannel {
   // hands over during the handshake (wiped once used), and the received records: ciphertext
   // in in_ [in_head_, in_tail_), a record's plaintext decrypted in place and not yet taken in
   // [plain_head_, plain_end_).
+  // own_records_: sens takes over the socket after the handshake (with its records or the
+  // kernel's); want_: whose records it asked for; kernel_: the kernel's are on.
   bool own_records_ = false;
   bool records_on_ = false;
+  TlsRecords want_ = TlsRecords::kSens;
+  bool records_owed_ = false;  // handshake done, its last flight not yet all sent
+  bool kernel_ = false;
+  std::string kernel_refusal_;
+  // Kernel records: the receive direction's traffic secret (a peer's KeyUpdate derives the
+  // next one), and the bytes of a control record (alert, handshake message) read so far.
+  uint16_t suite_ = 0;
+  uint8_t kernel_rx_secret_[48] = {};
+  size_t kernel_secret_len_ = 0;
+  std::string control_;
+  uint8_t control_type_ = 0;
   bool key_update_owed_ = false;  // a KeyUpdate of ours leaves with the next records
   bool key_update_ask_ = false;   // ... asking the peer to update too
   bool peer_closed_ = false;

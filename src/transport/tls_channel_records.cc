@@ -52,18 +52,42 @@ void TlsChannel::key_log(const char* line) {
     server_secret_len_ = n;
 }
 
-bool TlsChannel::start_records() {
+TlsChannel::Io TlsChannel::take_over_records() {
+  records_owed_ = false;
   const SSL_CIPHER* c = SSL_get_current_cipher(ssl_);
   const uint16_t suite = c ? uint16_t(SSL_CIPHER_get_id(c) & 0xFFFF) : 0;
-  if (!client_secret_len_ || !server_secret_len_) {
-    error_ = "TLS records: OpenSSL handed over no traffic secrets";
-    return false;
+  if (!client_secret_len_ || !server_secret_len_)
+    return fail(Io::kError, "TLS records: OpenSSL handed over no traffic secrets");
+  const bool server = SSL_is_server(ssl_) == 1;
+  const uint8_t* tx = server ? server_secret_ : client_secret_;
+  const uint8_t* rx = server ? client_secret_ : server_secret_;
+  bool ok = true;
+  if (want_ == TlsRecords::kKernel || want_ == TlsRecords::kAuto) {
+    std::string why;
+    if (SSL_has_pending(ssl_) == 1) {
+      why = "OpenSSL read past the handshake";
+    } else {
+      const KernelKeys k = start_kernel_records(suite, tx, rx, client_secret_len_, &why);
+      kernel_ = k == KernelKeys::kIn;
+      if (k == KernelKeys::kHalfIn) {  // the kernel encrypts what is sent now: no way back
+        ok = false;
+        error_ = "kernel TLS: " + why;
+      }
+    }
+    if (!kernel_ && ok) {
+      if (want_ == TlsRecords::kKernel) {
+        ok = false;
+        error_ = "kernel TLS: " + why;
+      } else {
+        kernel_refusal_ = why;
+      }
+    }
   }
-  const bool ok = start_records_with(suite, SSL_is_server(ssl_) == 1, client_secret_,
-                                     server_secret_, client_secret_len_);
+  if (ok && !kernel_)
+    ok = start_records_with(suite, server, client_secret_, server_secret_, client_secret_len_);
   OPENSSL_cleanse(client_secret_, sizeof client_secret_);
   OPENSSL_cleanse(server_secret_, sizeof server_secret_);
-  return ok;
+  return ok ? Io::kOk : Io::kError;
 }
 
 bool TlsChannel::start_records_with(uint16_t suite, bool server, const uint8_t* client_secret,

@@ -171,6 +171,26 @@ std::string aes_gcm_description() {
   return std::string("OpenSSL ") + OpenSSL_version(OPENSSL_VERSION_STRING) + " (EVP)";
 }
 
+bool traffic_key_iv(uint16_t suite, const uint8_t* secret, size_t len, uint8_t key[32],
+                    size_t* key_len, uint8_t iv[12]) {
+  Suite s{};
+  if (!suite_of(suite, &s) || len != s.hash_len) return false;
+  *key_len = s.key_len;
+  return expand_label(s.digest, secret, len, "key", key, s.key_len) &&
+         expand_label(s.digest, secret, len, "iv", iv, 12);
+}
+
+bool next_traffic_secret(uint16_t suite, uint8_t* secret, size_t len) {
+  Suite s{};
+  uint8_t next[48];
+  if (!suite_of(suite, &s) || len != s.hash_len ||
+      !expand_label(s.digest, secret, len, "traffic upd", next, len))
+    return false;
+  std::memcpy(secret, next, len);
+  OPENSSL_cleanse(next, sizeof next);
+  return true;
+}
+
 TlsRecordKeys::~TlsRecordKeys() {
   if (imb_) {
     OPENSSL_cleanse(imb_, sizeof *imb_);

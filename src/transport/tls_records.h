@@ -49,6 +49,14 @@ AesGcm aes_gcm();
 std::string aes_gcm_description();
 const char* aes_gcm_name(AesGcm a);  // "ipsec-mb", "openssl" ("auto" for kAuto)
 
+// For the kernel's records (kTLS), which take keys, not secrets: the AEAD key (16 or 32 bytes,
+// *key_len) and the 12-byte IV of a traffic secret (RFC 8446 7.3); and, for a KeyUpdate, the
+// next traffic secret in place (7.2). False if `suite` is not AES-GCM, the secret is not its
+// hash's length, or the derivation fails.
+bool traffic_key_iv(uint16_t suite, const uint8_t* secret, size_t len, uint8_t key[32],
+                    size_t* key_len, uint8_t iv[12]);
+bool next_traffic_secret(uint16_t suite, uint8_t* secret, size_t len);
+
 struct IpsecMbKeys;
 
 // One direction's keys: the traffic secret, the AEAD key and IV derived from it, and the

@@ -193,6 +193,7 @@ TEST_F(TlsTest, SessionsAreCountedByTheirAesGcm) {
   };
   std::string why;
   const bool imb = transport::aes_gcm() == transport::AesGcm::kIpsecMb;
+  ASSERT_TRUE(transport::set_tls_records("sens", &why));  // (sens's AES-GCM, not the kernel's)
   ASSERT_EQ(connect(dir_.file("psk256"), false), "");
   verified_io();
   ctrl_->shutdown();
@@ -203,9 +204,46 @@ TEST_F(TlsTest, SessionsAreCountedByTheirAesGcm) {
   if (e.empty()) verified_io();
   ctrl_->shutdown();
   ASSERT_TRUE(transport::set_aes_gcm(transport::AesGcm::kAuto, &why));
+  ASSERT_TRUE(transport::set_tls_records("auto", &why));
   ASSERT_EQ(e, "");
   EXPECT_EQ(sessions(1), imb ? 3u : 6u);
   EXPECT_EQ(sessions(2), 0u);
+  EXPECT_EQ(sessions(3), 0u);
+}
+
+// auto (the default): every session gets the kernel's records where the kernel takes the keys,
+// else sens's, and is counted so (sens_tls_sessions_total's records label); kernel: the
+// kernel's records, or the connection fails saying why.
+TEST_F(TlsTest, RecordsByTheKernelWhereItTakesTheKeysElseBySens) {
+  auto sessions = [&](int k) {
+    uint64_t n = 0;
+    for (auto& r : target_->metrics_snapshot().reactors) n += r.tls_sessions[k];
+    return n;
+  };
+  ASSERT_EQ(transport::tls_records(), transport::TlsRecords::kAuto);
+  ASSERT_EQ(connect(dir_.file("psk256"), false), "");
+  verified_io();
+  ctrl_->shutdown();
+  const std::string status = transport::kernel_tls_status();
+  const bool kernel = status == "in use";
+  EXPECT_EQ(sessions(3), kernel ? 3u : 0u);  // the admin queue and two I/O queues
+  EXPECT_EQ(sessions(0) + sessions(1), kernel ? 0u : 3u);
+  if (!kernel) EXPECT_NE(status.find("setsockopt(TCP_ULP, tls): "), std::string::npos) << status;
+  std::string why;
+  ASSERT_TRUE(transport::set_tls_records("kernel", &why));
+  const std::string e = connect(dir_.file("psk384"), true);
+  if (e.empty()) verified_io();
+  ctrl_->shutdown();
+  ASSERT_TRUE(transport::set_tls_records("auto", &why));
+  if (kernel) {
+    EXPECT_EQ(e, "");
+    EXPECT_EQ(sessions(3), 6u);
+  } else {
+    EXPECT_NE(e.find("kernel TLS: setsockopt(TCP_ULP, tls): "), std::string::npos) << e;
+    EXPECT_EQ(sessions(3), 0u);
+  }
+  EXPECT_FALSE(transport::set_tls_records("ktls", &why));
+  EXPECT_EQ(why, "'ktls': expected auto, kernel or sens");
 }
 
 TEST_F(TlsTest, CoalescedPdusShareTlsWrites) {
@@ -256,15 +294,47 @@ TEST(TlsCli, PerfVerifiesAndTheTargetLogsRefusals) {
   EXPECT_NE(r.out.find(" 0 failed"), std::string::npos) << r.out;
   // The target seals with its default AES-GCM (ipsec-mb where it runs), this host with
   // OpenSSL's: the same records either way, verified.
-  EXPECT_NE(read_file(dir.file("out")).find("records' AES-GCM by "), std::string::npos)
+  EXPECT_NE(read_file(dir.file("out"))
+                .find("I/O, TLS 1.3, records by the kernel (kTLS) where it "
+                      "has the tls module, else by sens with AES-GCM by "),
+            std::string::npos)
       << read_file(dir.file("out"));
-  r = run_command(
-      {SENS_BINARY, "perf", "-r", trid, "--tls", dir.file("psk"), "--tls-aes-gcm", "openssl",
-       "--rw", "randrw", "--bs", "16k", "--qd", "16", "--time", "1", "--verify"},
-      60000);
+  r = run_command({SENS_BINARY, "perf", "-r", trid, "--tls", dir.file("psk"), "--tls-aes-gcm",
+                   "openssl", "--tls-records", "sens", "--rw", "randrw", "--bs", "16k", "--qd",
+                   "16", "--time", "1", "--verify"},
+                  60000);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find(" 0 failed"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("TLS 1.3, records' AES-GCM by OpenSSL"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("TLS 1.3, records by sens with AES-GCM by OpenSSL"), std::string::npos)
+      << r.out;
+  // The kernel's records, or a connection that fails and says why: where the kernel has no tls
+  // module (this development machine's), the handshake's end names the refused TCP_ULP. The
+  // kernel's records themselves are checked in a VM whose kernel has them
+  // (tests/interop/sens_in_guest_ktls.sh).
+  r = run_command(
+      {SENS_BINARY, "perf", "-r", trid, "--tls", dir.file("psk"), "--tls-records", "kernel", "--rw",
+       "randrw", "--bs", "16k", "--qd", "16", "--time", "1", "--verify"},
+      60000);
+  if (r.code == 0) {
+    EXPECT_NE(r.out.find(" 0 failed"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("TLS 1.3, records by the kernel (kTLS) on 1 of 1 connection(s)"),
+              std::string::npos)
+        << r.out;
+  } else {
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("kernel TLS: setsockopt(TCP_ULP, tls): "), std::string::npos) << r.err;
+  }
+  r = run_command({SENS_BINARY, "perf", "-r", trid, "--tls", dir.file("psk"), "--tls-records",
+                   "ktls", "--time", "1"},
+                  30000);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--tls-records: 'ktls': expected auto, kernel or sens"), std::string::npos)
+      << r.err;
+  r = run_command({SENS_BINARY, "target", "--tls-records", "openssl", "--ns", "ram:1M"}, 30000);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--tls-records: 'openssl': expected auto, kernel or sens"),
+            std::string::npos)
+      << r.err;
   r = run_command({SENS_BINARY, "perf", "-r", trid, "--tls", dir.file("psk"), "--tls-aes-gcm",
                    "aes-ni", "--time", "1"},
                   30000);

@@ -26,7 +26,8 @@ run() {
   fi
   echo "==== $label took $((SECONDS - t0)) s"
 }
-for t in "$HERE"/kernel_host.sh "$HERE"/kernel_host_*.sh "$HERE"/host_*.sh; do
+for t in "$HERE"/kernel_host.sh "$HERE"/kernel_host_*.sh "$HERE"/host_*.sh \
+  "$HERE"/sens_in_guest_*.sh; do
   [ -x "$t" ] || continue
   run "$(basename "$t")" "$t"
 done

@@ -2,8 +2,10 @@
 // either, so every pairing must carry the same bytes both ways, across key updates asked for
 // by either side, with reads smaller and larger than a record; a record changed on the wire
 // or a header that is not a protected record's ends the connection with an error.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -43,29 +45,17 @@ using Combo = std::tuple<TlsRecords, TlsRecords, uint8_t>;
 class TlsRecordsTest : public ::testing::TestWithParam<Combo> {};
 
 // Both ends send 3 MiB at once in pieces of 24 bytes to 20 KiB from one thread (a channel
-// belongs to one thread), each asks for a key update halfway, and the client reads in 1000-byte
-// calls (smaller than a record: the in-place path) while the server reads in 100 KB calls (the
-// record straight into the caller's buffer).
-TEST_P(TlsRecordsTest, EveryPairingCarriesTheBytesBothWaysAcrossKeyUpdates) {
-  auto [crec, srec, hash] = GetParam();
-  TlsContexts ctx(hash);
-  ASSERT_TRUE(ctx.server && ctx.client);
-  ctx.client->use_records(crec);
-  ctx.server->use_records(srec);
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  TlsChannel s(*ctx.server, sv[0]), c(*ctx.client, sv[1]);
-  tls_handshake(s, c);
-  EXPECT_STREQ(c.records(), crec == TlsRecords::kSens ? "sens" : "openssl");
-  EXPECT_STREQ(s.records(), srec == TlsRecords::kSens ? "sens" : "openssl");
-  EXPECT_EQ(c.cipher(), hash == 2 ? "TLS_AES_256_GCM_SHA384" : "TLS_AES_128_GCM_SHA256");
-  nonblocking(sv[0]);
-  nonblocking(sv[1]);
-  std::mt19937 rng(hash * 7 + int(crec) * 3 + int(srec));
+// belongs to one thread), each asks for a key update halfway if `key_updates`, and the client
+// reads in 1000-byte calls (smaller than a record: the in-place path) while the server reads in
+// 100 KB calls (the record straight into the caller's buffer).
+void exchange(TlsChannel& c, int cfd, TlsChannel& s, int sfd, uint32_t seed, bool key_updates) {
+  nonblocking(sfd);
+  nonblocking(cfd);
+  std::mt19937 rng(seed);
   std::vector<uint8_t> to_server(3 << 20), to_client(3 << 20);
   for (auto& b : to_server) b = uint8_t(rng());
   for (auto& b : to_client) b = uint8_t(rng());
-  End ends[2] = {{&c, sv[1], &to_server}, {&s, sv[0], &to_client}};
+  End ends[2] = {{&c, cfd, &to_server}, {&s, sfd, &to_client}};
   const size_t read_size[2] = {1000, 100000};
   std::vector<uint8_t> buf(100000);
   std::uniform_int_distribution<size_t> piece(24, 20000);
@@ -75,7 +65,7 @@ TEST_P(TlsRecordsTest, EveryPairingCarriesTheBytesBothWaysAcrossKeyUpdates) {
       End& me = ends[e];
       TlsChannel::Io io;
       if (me.sent < me.out->size()) {
-        if (!me.updated && me.sent >= me.out->size() / 2) {
+        if (key_updates && !me.updated && me.sent >= me.out->size() / 2) {
           ASSERT_TRUE(me.ch->request_key_update());
           me.updated = true;
         }
@@ -106,7 +96,7 @@ TEST_P(TlsRecordsTest, EveryPairingCarriesTheBytesBothWaysAcrossKeyUpdates) {
     done &= ends[0].got.size() == to_client.size() && ends[1].got.size() == to_server.size();
     if (done) break;
     if (!progress) {
-      pollfd p[2] = {{sv[0], POLLIN | POLLOUT, 0}, {sv[1], POLLIN | POLLOUT, 0}};
+      pollfd p[2] = {{sfd, POLLIN | POLLOUT, 0}, {cfd, POLLIN | POLLOUT, 0}};
       poll(p, 2, 100);
     }
   }
@@ -114,6 +104,23 @@ TEST_P(TlsRecordsTest, EveryPairingCarriesTheBytesBothWaysAcrossKeyUpdates) {
   ASSERT_EQ(ends[0].got.size(), to_client.size());
   EXPECT_TRUE(ends[1].got == to_server) << "client -> server bytes changed";
   EXPECT_TRUE(ends[0].got == to_client) << "server -> client bytes changed";
+}
+
+// Every pairing of sens's and OpenSSL's records, across key updates (exchange()).
+TEST_P(TlsRecordsTest, EveryPairingCarriesTheBytesBothWaysAcrossKeyUpdates) {
+  auto [crec, srec, hash] = GetParam();
+  TlsContexts ctx(hash);
+  ASSERT_TRUE(ctx.server && ctx.client);
+  ctx.client->use_records(crec);
+  ctx.server->use_records(srec);
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  TlsChannel s(*ctx.server, sv[0]), c(*ctx.client, sv[1]);
+  tls_handshake(s, c);
+  EXPECT_STREQ(c.records(), crec == TlsRecords::kSens ? "sens" : "openssl");
+  EXPECT_STREQ(s.records(), srec == TlsRecords::kSens ? "sens" : "openssl");
+  EXPECT_EQ(c.cipher(), hash == 2 ? "TLS_AES_256_GCM_SHA384" : "TLS_AES_128_GCM_SHA256");
+  exchange(c, sv[1], s, sv[0], hash * 7 + int(crec) * 3 + int(srec), true);
   ::close(sv[0]);
   ::close(sv[1]);
 }
@@ -128,6 +135,160 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string("client_") + name(std::get<0>(i.param)) + "_server_" +
              name(std::get<1>(i.param)) + (std::get<2>(i.param) == 2 ? "_aes256" : "_aes128");
     });
+
+// ---- the kernel's records (kTLS) ----
+
+// A connected TCP pair on loopback (the kernel's TLS sits on TCP only): fd[0] the server's.
+bool tcp_pair(int fd[2]) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bool ok = l >= 0 && bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+            listen(l, 1) == 0 && getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  fd[1] = ok ? socket(AF_INET, SOCK_STREAM, 0) : -1;
+  ok = ok && fd[1] >= 0 && connect(fd[1], reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  fd[0] = ok ? accept(l, nullptr, nullptr) : -1;
+  if (l >= 0) ::close(l);
+  return ok && fd[0] >= 0;
+}
+
+// The handshake on blocking sockets, each side on its own thread; either may fail (a side that
+// wants the kernel's records fails where the kernel has none).
+void handshake_both(TlsChannel& s, TlsChannel& c, TlsChannel::Io* sio, TlsChannel::Io* cio) {
+  std::thread peer([&] { *sio = s.handshake(); });
+  *cio = c.handshake();
+  peer.join();
+}
+
+// Where the kernel has no tls module (this development machine's), a side that wants the
+// kernel's records refuses with the reason and the test is skipped: `make interop` runs these
+// tests in a VM whose kernel has it (tests/interop/sens_in_guest_ktls.sh). Any other refusal
+// is a failure.
+#define SKIP_IF_NO_KERNEL_TLS(side, io)                                             \
+  do {                                                                              \
+    if ((io) != TlsChannel::Io::kOk &&                                              \
+        (side).error().find("kernel TLS: setsockopt(TCP_ULP") != std::string::npos) \
+      GTEST_SKIP() << (side).error();                                               \
+  } while (0)
+
+// ((client records, server records), cipher suite hash)
+using KernelCombo = std::tuple<std::tuple<TlsRecords, TlsRecords>, uint8_t>;
+class TlsKernelRecordsTest : public ::testing::TestWithParam<KernelCombo> {};
+
+// The kernel's records against sens's, OpenSSL's and the kernel's, both suites: the same bytes
+// both ways, read in pieces smaller and larger than a record.
+TEST_P(TlsKernelRecordsTest, CarryTheBytesBothWays) {
+  const auto [pair, hash] = GetParam();
+  const auto [crec, srec] = pair;
+  TlsContexts ctx(hash);
+  ASSERT_TRUE(ctx.server && ctx.client);
+  ctx.client->use_records(crec);
+  ctx.server->use_records(srec);
+  int fd[2];
+  ASSERT_TRUE(tcp_pair(fd));
+  TlsChannel s(*ctx.server, fd[0]), c(*ctx.client, fd[1]);
+  TlsChannel::Io sio, cio;
+  handshake_both(s, c, &sio, &cio);
+  TlsChannel& k = crec == TlsRecords::kKernel ? c : s;
+  const TlsChannel::Io kio = crec == TlsRecords::kKernel ? cio : sio;
+  if (kio != TlsChannel::Io::kOk) {
+    ::close(fd[0]);
+    ::close(fd[1]);
+  }
+  SKIP_IF_NO_KERNEL_TLS(k, kio);
+  ASSERT_EQ(sio, TlsChannel::Io::kOk) << s.error();
+  ASSERT_EQ(cio, TlsChannel::Io::kOk) << c.error();
+  EXPECT_STREQ(c.records(), tls_records_name(crec));
+  EXPECT_STREQ(s.records(), tls_records_name(srec));
+  EXPECT_STREQ(k.aes_gcm(), "kernel");
+  EXPECT_EQ(kernel_tls_status(), "in use");
+  EXPECT_FALSE(k.request_key_update()) << "a kernel side sends no KeyUpdate";
+  exchange(c, fd[1], s, fd[0], hash * 11 + int(crec) * 3 + int(srec), false);
+  ::close(fd[0]);
+  ::close(fd[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pairings, TlsKernelRecordsTest,
+    ::testing::Combine(::testing::Values(std::make_tuple(TlsRecords::kKernel, TlsRecords::kSens),
+                                         std::make_tuple(TlsRecords::kSens, TlsRecords::kKernel),
+                                         std::make_tuple(TlsRecords::kKernel, TlsRecords::kKernel),
+                                         std::make_tuple(TlsRecords::kKernel, TlsRecords::kOpenSsl),
+                                         std::make_tuple(TlsRecords::kOpenSsl,
+                                                         TlsRecords::kKernel)),
+                       ::testing::Values(uint8_t(1), uint8_t(2))),
+    [](const ::testing::TestParamInfo<KernelCombo>& i) {
+      const auto& pair = std::get<0>(i.param);
+      return std::string("client_") + tls_records_name(std::get<0>(pair)) + "_server_" +
+             tls_records_name(std::get<1>(pair)) +
+             (std::get<1>(i.param) == 2 ? "_aes256" : "_aes128");
+    });
+
+// A peer's KeyUpdate reaches a kernel side. A kernel before 6.14 takes no new receive keys, and
+// a KeyUpdate that asks for ours cannot be answered: either way the kernel side ends the
+// connection with an error that names the KeyUpdate, after exactly the bytes sent before it
+// (never bytes opened with the wrong keys).
+TEST(TlsKernelRecords, APeersKeyUpdateEndsTheConnectionWithAClearError) {
+  TlsContexts ctx(1);
+  ASSERT_TRUE(ctx.server && ctx.client);
+  ctx.client->use_records(TlsRecords::kSens);
+  ctx.server->use_records(TlsRecords::kKernel);
+  int fd[2];
+  ASSERT_TRUE(tcp_pair(fd));
+  TlsChannel s(*ctx.server, fd[0]), c(*ctx.client, fd[1]);
+  TlsChannel::Io sio, cio;
+  handshake_both(s, c, &sio, &cio);
+  if (sio != TlsChannel::Io::kOk) {
+    ::close(fd[0]);
+    ::close(fd[1]);
+  }
+  SKIP_IF_NO_KERNEL_TLS(s, sio);
+  ASSERT_EQ(sio, TlsChannel::Io::kOk) << s.error();
+  ASSERT_EQ(cio, TlsChannel::Io::kOk) << c.error();
+  std::vector<uint8_t> before(100000), after(20000, 0xee);  // (after: fits the socket buffers)
+  std::mt19937 rng(5);
+  for (auto& b : before) b = uint8_t(rng());
+  // The server reads on its own thread (each channel belongs to one thread) until it fails.
+  std::vector<uint8_t> got;
+  TlsChannel::Io io = TlsChannel::Io::kOk;
+  std::thread reader([&] {
+    std::vector<uint8_t> buf(7000);
+    for (int idle = 0; idle < 100;) {  // (10 s without a byte or an error: give up)
+      size_t n = s.read(buf.data(), buf.size(), &io);
+      if (n > 0) {
+        got.insert(got.end(), buf.begin(), buf.begin() + long(n));
+        idle = 0;
+        continue;
+      }
+      if (io != TlsChannel::Io::kWantRead) break;
+      pollfd p{fd[0], POLLIN, 0};
+      idle += poll(&p, 1, 100) == 0;
+    }
+  });
+  // A call seals a batch of records; the socket blocks, so each call makes progress. Writes
+  // after the server's error may fail: the connection is gone.
+  auto write_all = [&](const std::vector<uint8_t>& v) {
+    TlsChannel::Io wio = TlsChannel::Io::kOk;
+    for (size_t at = 0; at < v.size();) {
+      at += c.write(v.data() + at, v.size() - at, &wio);
+      if (wio != TlsChannel::Io::kOk && wio != TlsChannel::Io::kWantWrite) break;
+    }
+    return wio;
+  };
+  EXPECT_EQ(write_all(before), TlsChannel::Io::kOk) << c.error();
+  EXPECT_TRUE(c.request_key_update());
+  write_all(after);
+  ::shutdown(fd[1], SHUT_WR);  // (a kernel that took the new keys reads to the end)
+  reader.join();
+  EXPECT_EQ(io, TlsChannel::Io::kError);
+  EXPECT_NE(s.error().find("KeyUpdate"), std::string::npos) << s.error();
+  EXPECT_TRUE(got == before) << got.size() << " bytes before the error, " << before.size()
+                             << " sent before the KeyUpdate";
+  ::close(fd[0]);
+  ::close(fd[1]);
+}
 
 // The two AES-GCM implementations seal the same records byte for byte (same key, same
 // sequence), from pieces cut anywhere (GCM's partial blocks between pieces), and each opens
@@ -150,9 +311,10 @@ TEST(TlsRecordKeys, IpsecMbAndOpenSslSealAndOpenTheSameRecords) {
     EXPECT_EQ(seal_imb.engine(), AesGcm::kIpsecMb);
     EXPECT_EQ(seal_ossl.engine(), AesGcm::kOpenSsl);
     for (int n = 0; n < 300; ++n) {
-      if (n == 150)
+      if (n == 150) {
         for (auto* k : {&seal_imb, &seal_ossl, &open_imb, &open_ossl})
           ASSERT_TRUE(k->update(&why)) << why;
+      }
       // 0 to 16384 bytes in 1 to 5 pieces of any size.
       const size_t plain = n < 20 ? size_t(n) : rng() % (kTlsMaxPlain + 1);
       std::vector<uint8_t> data(plain);

@@ -20,7 +20,8 @@ KPKG=${SENS_VM_KERNEL:-linux-image-6.12-amd64}
 GUEST_PKGS="busybox-static kmod nvme-cli fio e2fsprogs util-linux"
 HOST_PKGS="qemu-system-x86 socat cpio lz4 xz-utils zstd"
 MODULES="virtio_pci virtio_net virtio_rng configfs nvme-tcp nvme-fabrics nvme-auth nvmet nvmet-tcp
-  null_blk loop ext4 tls crc32c_generic crc32c-intel 9p 9pnet_virtio"
+  null_blk loop ext4 tls gcm ghash-generic aesni-intel ghash-clmulni-intel crc32c_generic
+  crc32c-intel 9p 9pnet_virtio"
 say() { echo "vm/build: $*" >&2; }
 die() { say "$*"; exit 1; }
 
