@@ -36,6 +36,9 @@ def main():
     ap.add_argument("--aes-gcm", default="auto",
                     help="who computes AES-GCM on both sides and in the ceiling: auto, ipsec-mb, "
                          "openssl (--tls-aes-gcm)")
+    ap.add_argument("--records", default="auto",
+                    help="who protects TLS records on both sides: auto (the kernel's kTLS where "
+                         "it has the tls module, else sens), kernel, sens (--tls-records)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     if a.limit is None:
@@ -51,7 +54,7 @@ def main():
     plain, tls = free_port(), free_port()
     target = subprocess.Popen(
         ["taskset", "-c", "0", a.sens, "target", "--listen", f"127.0.0.1:{plain}", "--tls-listen",
-         f"127.0.0.1:{tls}", "--tls", allkeys, "--discovery-port", "0", "--ns", "ram:1G", "--tls-aes-gcm", a.aes_gcm, "-q"],
+         f"127.0.0.1:{tls}", "--tls", allkeys, "--discovery-port", "0", "--ns", "ram:1G", "--tls-aes-gcm", a.aes_gcm, "--tls-records", a.records, "-q"],
         stdout=open(os.path.join(work, "target.log"), "w"), stderr=subprocess.STDOUT)
     deadline = time.time() + 10
     while time.time() < deadline:
@@ -61,7 +64,7 @@ def main():
         except OSError:
             time.sleep(0.1)
     modes = [("plain TCP", plain, None)] + [(n, tls, f) for n, f in files.items()]
-    runs = []
+    runs, headers = [], []
     try:
         trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{plain} subnqn:{NQN}"
         fill = subprocess.run([a.sens, "perf", "-r", trid, "--rw", "write", "--bs", "128k", "--qd",
@@ -76,10 +79,13 @@ def main():
                     cmd = ["taskset", "-c", "1", a.sens, "perf", "-r", trid, "--time", str(a.time),
                            "--warmup", "0.5", "-q", "--size", "256M", "--json", "-"] + wl
                     if f:
-                        cmd += ["--tls", f, "--tls-aes-gcm", a.aes_gcm]
+                        cmd += ["--tls", f, "--tls-aes-gcm", a.aes_gcm, "--tls-records", a.records]
                     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
                     if out.returncode != 0:
                         sys.exit(f"{mode} {wl_name}: sens perf failed: {out.stderr}{out.stdout}")
+                    for line in out.stdout.splitlines():  # which records each connection got
+                        if line.startswith("TLS 1.3, records") and line not in headers:
+                            headers.append(line)
                     j = json.loads(out.stdout[out.stdout.index("{"):])
                     job = j["jobs"][0]
                     iops = job["read"]["iops"] + job["write"]["iops"]
@@ -92,6 +98,8 @@ def main():
     for line in open(os.path.join(work, "target.log")):  # (complete once the target exited)
         if "TLS 1.3" in line:
             print(line.strip().replace("listening on", "target: TLS listener on") + "\n")
+    for line in headers:
+        print("host: " + line + "\n")
     print("| workload | plain TCP kIOPS | TLS_AES_128_GCM_SHA256 kIOPS (ratio) | "
           "TLS_AES_256_GCM_SHA384 kIOPS (ratio) |")
     print("|---|---|---|---|")
