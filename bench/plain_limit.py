@@ -5,8 +5,10 @@ so that reads come from real memory and not the kernel's zero page) at 1 x QD32,
 and 4 x QD32, against `sens_limit` at the same shapes twice: answering from one 4 KiB block
 (always in cache: the old ceiling) and with --span 256M (each answer from a random block of a
 256 MiB region, as the namespace's reads are). Target and limit target on core 0, hosts on
-core 1; the three runs of a shape alternate, --reps times, medians reported. Prints Markdown;
---json writes every run."""
+core 1; the three runs of a shape alternate (sens, then the span ceiling right after it, then
+the one-block one), --reps times, medians reported, and the median (and range) of each rep's
+own sens / span ratio: this machine's speed swings between minutes, and two runs seconds apart
+see the same phase. Prints Markdown; --json writes every run."""
 import argparse
 import json
 import os
@@ -50,7 +52,7 @@ def main():
                                   ["--rw", "randread", "--bs", "4k", "--qd", str(qd), "--queues",
                                    str(queues), "--size", SPAN, "--time", str(a.time)])
                 runs.append({"shape": shape, "rep": rep, "what": "sens", "iops": job["iops"]})
-                for span in ("0", SPAN):
+                for span in (SPAN, "0"):  # (the span ceiling next to sens's run)
                     runs.append({"shape": shape, "rep": rep, "what": f"limit span {span}",
                                  "iops": ceiling(queues, qd, span)})
 
@@ -59,14 +61,19 @@ def main():
                                  r["what"] == what)
 
     print(f"4 KiB random reads over {SPAN}, target core 0, host core 1, medians of {a.reps}\n")
+    def rep_ratios(shape):
+        by = {(r["rep"], r["what"]): r["iops"] for r in runs if r["shape"] == shape}
+        return sorted(by[(k, "sens")] / by[(k, f"limit span {SPAN}")] for k in range(a.reps))
+
     print("| shape | sens kIOPS | limit, one block kIOPS | sens / it | limit, span "
-          f"{SPAN} kIOPS | sens / it |")
-    print("|---|---:|---:|---:|---:|---:|")
+          f"{SPAN} kIOPS | sens / it | sens / span, each rep: median (range) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for queues, qd in SHAPES:
         shape = f"{queues} x QD{qd}"
         s, one, span = med(shape, "sens"), med(shape, "limit span 0"), med(shape, f"limit span {SPAN}")
+        rr = rep_ratios(shape)
         print(f"| {shape} | {s / 1e3:.1f} | {one / 1e3:.1f} | {s / one:.2f} | {span / 1e3:.1f} | "
-              f"{s / span:.2f} |")
+              f"{s / span:.2f} | {statistics.median(rr):.2f} ({rr[0]:.2f}-{rr[-1]:.2f}) |")
     if a.json:
         json.dump({"runs": runs}, open(a.json, "w"), indent=2)
 
