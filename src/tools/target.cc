@@ -207,8 +207,8 @@ int run_target(int argc, char** argv) {
   std::string rpc_path = "/var/tmp/sens.sock";
   app.add_option("--rpc", rpc_path,
                  "the management socket (JSON-RPC 2.0, mode 0600; `sens rpc` is its client), or "
-                 "'none'. When the default one is taken by another target this one runs "
-                 "without; a path given here must be free")
+                 "'none'. When the default one cannot be made (another target holds it, no "
+                 "/var/tmp) this one runs without; a path given here must work")
       ->default_str("/var/tmp/sens.sock");
   app.add_flag("--dhchap-full-check", cli.dhchap_full_check,
                "check a host's DH value fully (y^q = 1 mod p, SP 800-56A full validation, for "
@@ -493,7 +493,9 @@ int run_target(int argc, char** argv) {
   if (rpc_path != "none") {
     rpc = std::make_unique<mgmt::RpcServer>(mgmt::target_handlers(t));
     if (auto why = rpc->start(rpc_path); !why.empty()) {
-      if (!app.count("--rpc") && why.find("in use") != std::string::npos) {
+      // The default path (not asked for) in use, or its directory missing or not writable:
+      // the target serves without management; a path given with --rpc must work.
+      if (!app.count("--rpc")) {
         LOG_WARN("%s: this target has no management socket (give it --rpc PATH)", why.c_str());
         rpc.reset();
       } else {

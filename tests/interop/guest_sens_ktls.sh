@@ -27,12 +27,19 @@ $LD /host/bin/sens target --tls-listen 127.0.0.1:4421 --listen 127.0.0.1:4420 --
   > /tmp/tk.log 2>&1 &
 TK=$!
 $LD /host/bin/sens target --tls-listen 127.0.0.1:4423 --listen 127.0.0.1:4422 --tls /host/psk \
-  --discovery-port 0 --ns ram:64M --tls-records sens --metrics 127.0.0.1:9102 --rpc /tmp/ts.sock > /tmp/ts.log 2>&1 &
+  --discovery-port 0 --ns ram:64M --tls-records sens --metrics 127.0.0.1:9102 > /tmp/ts.log 2>&1 &
 TS=$!
 wait_for 30 grep -q "I/O, TLS 1.3" /tmp/tk.log && wait_for 30 grep -q "I/O, TLS 1.3" /tmp/ts.log
 rc=$?
 grep "TLS 1.3" /tmp/tk.log /tmp/ts.log | sed 's/^/  /'
 step targets-up $rc
+# The second target has no --rpc, and the default socket's directory (/var/tmp) does not exist
+# here: it serves without management and says so.
+grep -q "/var/tmp/sens.sock: No such file or directory: this target has no management socket" \
+  /tmp/ts.log
+rc=$?
+[ $rc = 0 ] || cat /tmp/ts.log
+step default-rpc-path-missing-is-a-warning $rc
 
 # perf_run NAME PORT RECORDS WANT [ARGS...]: a verified run whose header must contain WANT.
 perf_run() {
