@@ -174,31 +174,33 @@ bool PollerTimer::armed() const {
 
 // ---- IoQueue: the connection carrying it ----
 
+// `get` of the queue carrying `impl`: its own connection's, here, or a shared connection's,
+// read on that connection's owner thread; `none` when there is no connection.
+template <typename T, typename Get>
+T read_connection(host::IoQueueImpl& impl, Get get, T none) {
+  if (const host::Queue* q = impl.inline_queue()) return get(*q);
+  host::SharedConnection* c = impl.shared();
+  if (!c) return none;
+  T value = none;
+  c->owner().thread().call([&] {
+    if (c->queue()) value = get(*c->queue());
+  });
+  return value;
+}
+
 uint16_t IoQueue::qid() const {
-  if (const host::Queue* q = impl_->inline_queue()) return q->qid();
-  host::SharedConnection* c = impl_->shared();
-  if (!c) return 0;
-  uint16_t qid = 0;
-  c->owner().thread().call([&] { qid = c->queue() ? c->queue()->qid() : 0; });
-  return qid;
+  return read_connection(
+      *impl_, [](const host::Queue& q) { return q.qid(); }, uint16_t(0));
 }
 
 uint32_t IoQueue::maxh2cdata() const {
-  if (const host::Queue* q = impl_->inline_queue()) return q->maxh2cdata();
-  host::SharedConnection* c = impl_->shared();
-  if (!c) return 0;
-  uint32_t bytes = 0;
-  c->owner().thread().call([&] { bytes = c->queue() ? c->queue()->maxh2cdata() : 0; });
-  return bytes;
+  return read_connection(
+      *impl_, [](const host::Queue& q) { return q.maxh2cdata(); }, 0u);
 }
 
 const char* IoQueue::tls_records() const {
-  if (const host::Queue* q = impl_->inline_queue()) return q->tls_records();
-  host::SharedConnection* c = impl_->shared();
-  if (!c) return "";
-  const char* r = "";
-  c->owner().thread().call([&] { r = c->queue() ? c->queue()->tls_records() : ""; });
-  return r;
+  return read_connection(
+      *impl_, [](const host::Queue& q) { return q.tls_records(); }, "");
 }
 
 std::string IoQueue::last_error() const {

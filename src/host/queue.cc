@@ -74,10 +74,8 @@ std::string Queue::begin(int fd, std::unique_ptr<transport::TlsChannel> tls) {
     return "queue already opened";
   }
   if (tls) {
-    const bool refused = !tls->kernel_refusal().empty();
-    LOG_DEBUG("host: connection fd %d: TLS 1.3 %s, records by %s%s%s%s", fd, tls->cipher().c_str(),
-              tls->records(), refused ? " (no kernel TLS: " : "",
-              refused ? tls->kernel_refusal().c_str() : "", refused ? ")" : "");
+    LOG_DEBUG("host: connection fd %d: TLS 1.3 %s, records by %s", fd, tls->cipher().c_str(),
+              tls->records_description().c_str());
     tls_ = std::move(tls);
     reader_.set_tls(tls_.get());
     send_->set_tls(tls_.get());

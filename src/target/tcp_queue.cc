@@ -120,12 +120,9 @@ void TcpQueue::step_handshake() {
     close("TLS handshake failed");
     return;
   }
-  std::string records = tls_->records();
-  if (!tls_->kernel_refusal().empty())
-    records += " (no kernel TLS: " + tls_->kernel_refusal() + ")";
   LOG_DEBUG("connection %llu (%s): TLS 1.3 %s, identity '%s', records by %s, AES-GCM by %s",
             static_cast<unsigned long long>(id_), endpoint_.peer.c_str(), tls_->cipher().c_str(),
-            tls_->peer_identity().c_str(), records.c_str(), tls_->aes_gcm());
+            tls_->peer_identity().c_str(), tls_->records_description().c_str(), tls_->aes_gcm());
   if (!tls_->kernel_refusal().empty()) {
     // Said once per process at INFO: the operator asked for auto and gets user-space records.
     static std::atomic<bool> said{false};

@@ -258,26 +258,25 @@ TlsChannel::Io TlsChannel::handshake() {
     error_ = "TLS: no session";
     return Io::kError;
   }
-  if (established_) {  // the last flight may still be waiting
-    Io f = flush_out();
-    return f == Io::kOk && records_owed_ ? take_over_records() : f;
-  }
-  ERR_clear_error();
-  int r = SSL_do_handshake(ssl_);
-  if (r == 1) {
+  if (!established_) {
+    ERR_clear_error();
+    int r = SSL_do_handshake(ssl_);
+    if (r != 1) {
+      Io io = classify(r, "TLS handshake");
+      if (io == Io::kClosed && !lookup_error_.empty()) error_ += " (" + lookup_error_ + ")";
+      if (io == Io::kWantRead && out_pending()) {  // our flight first
+        Io f = flush_out();
+        if (f != Io::kOk) return f;
+      }
+      return io;
+    }
     established_ = true;
     records_owed_ = own_records_;
-    // The last flight leaves under OpenSSL's records before the kernel's may take the socket.
-    Io f = flush_out();
-    return f == Io::kOk && records_owed_ ? take_over_records() : f;
   }
-  Io io = classify(r, "TLS handshake");
-  if (io == Io::kClosed && !lookup_error_.empty()) error_ += " (" + lookup_error_ + ")";
-  if (io == Io::kWantRead && out_pending()) {  // our flight first
-    Io f = flush_out();
-    if (f != Io::kOk) return f;
-  }
-  return io;
+  // The last flight (perhaps still waiting from an earlier call) leaves under OpenSSL's
+  // records before the kernel's may take the socket.
+  Io f = flush_out();
+  return f == Io::kOk && records_owed_ ? take_over_records() : f;
 }
 
 size_t TlsChannel::read(void* buf, size_t len, Io* io) {

@@ -121,6 +121,13 @@ class TlsChannel {
   // established).
   const char* records() const { return kernel_ ? "kernel" : own_records_ ? "sens" : "openssl"; }
   bool kernel_records() const { return kernel_; }
+  // records(), and why not the kernel's where it was wanted, for the logs:
+  // "sens (no kernel TLS: setsockopt(TCP_ULP, tls): ...)".
+  std::string records_description() const {
+    return kernel_refusal_.empty()
+               ? records()
+               : std::string(records()) + " (no kernel TLS: " + kernel_refusal_ + ")";
+  }
   // Why the kernel does not protect this connection's records when kAuto wanted it to
   // (empty otherwise): "setsockopt(TCP_ULP, tls): ...".
   const std::string& kernel_refusal() const { return kernel_refusal_; }

@@ -61,33 +61,25 @@ TlsChannel::Io TlsChannel::take_over_records() {
   const bool server = SSL_is_server(ssl_) == 1;
   const uint8_t* tx = server ? server_secret_ : client_secret_;
   const uint8_t* rx = server ? client_secret_ : server_secret_;
-  bool ok = true;
+  Io result = Io::kOk;
   if (want_ == TlsRecords::kKernel || want_ == TlsRecords::kAuto) {
-    std::string why;
-    if (SSL_has_pending(ssl_) == 1) {
-      why = "OpenSSL read past the handshake";
-    } else {
-      const KernelKeys k = start_kernel_records(suite, tx, rx, client_secret_len_, &why);
-      kernel_ = k == KernelKeys::kIn;
-      if (k == KernelKeys::kHalfIn) {  // the kernel encrypts what is sent now: no way back
-        ok = false;
-        error_ = "kernel TLS: " + why;
-      }
-    }
-    if (!kernel_ && ok) {
-      if (want_ == TlsRecords::kKernel) {
-        ok = false;
-        error_ = "kernel TLS: " + why;
-      } else {
-        kernel_refusal_ = why;
-      }
-    }
+    std::string why = "OpenSSL read past the handshake";
+    const KernelKeys k = SSL_has_pending(ssl_) == 1
+                             ? KernelKeys::kRefused
+                             : start_kernel_records(suite, tx, rx, client_secret_len_, &why);
+    kernel_ = k == KernelKeys::kIn;
+    // Half in: the kernel encrypts what is sent now, there is no way back to sens's records.
+    if (k == KernelKeys::kHalfIn || (k == KernelKeys::kRefused && want_ == TlsRecords::kKernel))
+      result = fail(Io::kError, "kernel TLS: " + why);
+    else if (k == KernelKeys::kRefused)
+      kernel_refusal_ = why;
   }
-  if (ok && !kernel_)
-    ok = start_records_with(suite, server, client_secret_, server_secret_, client_secret_len_);
+  if (result == Io::kOk && !kernel_ &&
+      !start_records_with(suite, server, client_secret_, server_secret_, client_secret_len_))
+    result = Io::kError;
   OPENSSL_cleanse(client_secret_, sizeof client_secret_);
   OPENSSL_cleanse(server_secret_, sizeof server_secret_);
-  return ok ? Io::kOk : Io::kError;
+  return result;
 }
 
 bool TlsChannel::start_records_with(uint16_t suite, bool server, const uint8_t* client_secret,

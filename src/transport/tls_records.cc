@@ -223,23 +223,18 @@ bool TlsRecordKeys::init(uint16_t suite, const uint8_t* secret, size_t len, bool
 }
 
 bool TlsRecordKeys::update(std::string* error) {
-  Suite s{};
-  suite_of(suite_, &s);
-  uint8_t next[48];
-  if (!expand_label(s.digest, secret_, hash_len_, "traffic upd", next, hash_len_)) {
+  if (!next_traffic_secret(suite_, secret_, hash_len_)) {
     *error = "TLS records: key update derivation failed";
     return false;
   }
-  std::memcpy(secret_, next, hash_len_);
-  OPENSSL_cleanse(next, sizeof next);
   return derive(error);
 }
 
 bool TlsRecordKeys::derive(std::string* error) {
   Suite s{};
   suite_of(suite_, &s);
-  if (!expand_label(s.digest, secret_, hash_len_, "key", key_, s.key_len) ||
-      !expand_label(s.digest, secret_, hash_len_, "iv", iv_, sizeof iv_)) {
+  size_t key_len = 0;
+  if (!traffic_key_iv(suite_, secret_, hash_len_, key_, &key_len, iv_)) {
     *error = "TLS records: key derivation failed";
     return false;
   }
