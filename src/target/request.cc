@@ -37,46 +37,11 @@ const char* state_name(ReqState s) {
   return "?";
 }
 
-bool transition_allowed(ReqState from, ReqState to) {
-  using S = ReqState;
-  switch (from) {
-    case S::kFree:
-      return to == S::kNew;
-    case S::kNew:
-      return to == S::kNeedBuffer || to == S::kReady || to == S::kSendingResponse ||
-             to == S::kThrottled;
-    case S::kThrottled:
-      return to == S::kNeedBuffer || to == S::kReady;
-    case S::kNeedBuffer:
-      return to == S::kAwaitingH2C || to == S::kReady;
-    case S::kAwaitingH2C:
-      return to == S::kReady || to == S::kSendingResponse;
-    case S::kReady:
-      return to == S::kExecuting;
-    case S::kExecuting:
-      return to == S::kWaitingDevice || to == S::kSendingData || to == S::kSendingResponse ||
-             to == S::kAer;
-    case S::kWaitingDevice:
-      return to == S::kExecuting;
-    case S::kSendingData:
-      return to == S::kSendingResponse || to == S::kFree;
-    case S::kSendingResponse:
-      return to == S::kFree;
-    case S::kAer:
-      return to == S::kSendingResponse || to == S::kFree;
-    case S::kCount:
-      break;
-  }
-  return false;
-}
-
-void RequestStates::advance(Request& r, ReqState to) {
-  if (!transition_allowed(r.state, to)) {
-    ++bad_;
-    LOG_WARN("request %u (cid %u): no transition %s -> %s", r.index, r.sqe.cid, state_name(r.state),
-             state_name(to));
-    assert(false && "request state machine: transition not allowed");
-  }
+void RequestStates::advance_disallowed(Request& r, ReqState to) {
+  ++bad_;
+  LOG_WARN("request %u (cid %u): no transition %s -> %s", r.index, r.sqe.cid, state_name(r.state),
+           state_name(to));
+  assert(false && "request state machine: transition not allowed");
   --counts_[size_t(r.state)];
   ++counts_[size_t(to)];
   r.state = to;

@@ -75,7 +75,35 @@ enum class ReqState : uint8_t {
 };
 
 const char* state_name(ReqState s);
-bool transition_allowed(ReqState from, ReqState to);
+
+// The machine's transitions, one bit per target state for each source state: advance()
+// checks every move of every command, so the check is one load and one test.
+constexpr uint16_t state_bit(ReqState s) {
+  return uint16_t(1u << unsigned(s));
+}
+inline constexpr std::array<uint16_t, size_t(ReqState::kCount)> kTransitions = [] {
+  using S = ReqState;
+  std::array<uint16_t, size_t(S::kCount)> t{};
+  auto allow = [&t](S from, std::initializer_list<S> to) {
+    for (S s : to) t[size_t(from)] |= state_bit(s);
+  };
+  allow(S::kFree, {S::kNew});
+  allow(S::kNew, {S::kNeedBuffer, S::kReady, S::kSendingResponse, S::kThrottled});
+  allow(S::kThrottled, {S::kNeedBuffer, S::kReady});
+  allow(S::kNeedBuffer, {S::kAwaitingH2C, S::kReady});
+  allow(S::kAwaitingH2C, {S::kReady, S::kSendingResponse});
+  allow(S::kReady, {S::kExecuting});
+  allow(S::kExecuting, {S::kWaitingDevice, S::kSendingData, S::kSendingResponse, S::kAer});
+  allow(S::kWaitingDevice, {S::kExecuting});
+  allow(S::kSendingData, {S::kSendingResponse, S::kFree});
+  allow(S::kSendingResponse, {S::kFree});
+  allow(S::kAer, {S::kSendingResponse, S::kFree});
+  return t;
+}();
+constexpr bool transition_allowed(ReqState from, ReqState to) {
+  return from < ReqState::kCount && to < ReqState::kCount &&
+         (kTransitions[size_t(from)] & state_bit(to)) != 0;
+}
 
 // What a command needs before it can execute (decided by its command set).
 struct Plan {
@@ -124,7 +152,13 @@ class RequestStates {
  public:
   // Moves `r` to `to`. A transition the machine does not have is a bug: it is counted (and
   // aborts debug builds) and the move still happens, so the command is not lost.
-  void advance(Request& r, ReqState to);
+  void advance(Request& r, ReqState to) {
+    if (!transition_allowed(r.state, to)) [[unlikely]]
+      return advance_disallowed(r, to);
+    --counts_[size_t(r.state)];
+    ++counts_[size_t(to)];
+    r.state = to;
+  }
   // The queue is closing: `r` ends in the state it is in, unanswered (-> FREE from anywhere).
   void drop(Request& r);
   uint64_t dropped() const { return dropped_; }
@@ -135,6 +169,7 @@ class RequestStates {
   void merge_into(nlohmann::json& totals) const;
 
  private:
+  void advance_disallowed(Request& r, ReqState to);  // counts it, logs, and moves anyway
   std::array<uint32_t, size_t(ReqState::kCount)> counts_{};
   uint64_t bad_ = 0;
   uint64_t dropped_ = 0;
