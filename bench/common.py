@@ -125,3 +125,22 @@ def perf_summary(out):
     j = json.loads(out[out.index("{"):])
     return {"iops": j["iops"], "p99_us": j["clat_ns"]["percentile"]["99.000000"] / 1e3,
             "errors": j["errors"]}
+
+
+def core_round_trip(limit, target_core=0, client_core=1):
+    """How far apart the bench's two cores are now: a cache line's round trip between them in
+    ns (`sens_limit --core-round-trip`). A VM's vCPUs may share a chiplet (tens of ns) or not
+    (hundreds), and move between runs; loopback TCP's speed changes about 2x with it."""
+    r = subprocess.run([limit, "--core-round-trip", "--target-core", str(target_core),
+                        "--client-core", str(client_core), "--json", "-", "-q"],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        sys.exit(f"sens_limit --core-round-trip failed: {r.stderr.strip()}")
+    return json.loads(r.stdout)["core_round_trip_ns"]
+
+
+def one_placement(round_trips, spread=1.5):
+    """True when these round trips (ns, None for unknown) were all measured under one
+    placement of the cores: none more than `spread` times another."""
+    known = [x for x in round_trips if x]
+    return bool(known) and max(known) <= spread * min(known)

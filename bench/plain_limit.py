@@ -8,7 +8,10 @@ and 4 x QD32, against `sens_limit` at the same shapes twice: answering from one 
 core 1; the three runs of a shape alternate (sens, then the span ceiling right after it, then
 the one-block one), --reps times, medians reported, and the median (and range) of each rep's
 own sens / span ratio: this machine's speed swings between minutes, and two runs seconds apart
-see the same phase. Prints Markdown; --json writes every run."""
+see the same phase. That phase is mostly where the hypervisor put the two vCPUs (one chiplet
+or two: `sens_limit --core-round-trip`, tens or hundreds of ns); it is measured before each
+sens run and by each ceiling run, and a rep counts in the per-rep ratios only when all three
+agree (within 1.5x). Prints Markdown; --json writes every run."""
 import argparse
 import json
 import os
@@ -16,7 +19,7 @@ import statistics
 import subprocess
 import sys
 
-from common import Target, add_common_arguments, pinned_perf
+from common import Target, add_common_arguments, core_round_trip, one_placement, pinned_perf
 
 SHAPES = [(1, 32), (1, 128), (4, 32)]
 SPAN = "256M"
@@ -39,7 +42,8 @@ def main():
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.time + 120)
         if r.returncode != 0:
             sys.exit(f"sens_limit failed: {r.stderr}")
-        return json.loads(r.stdout)["iops"]
+        j = json.loads(r.stdout)
+        return j["iops"], j["core_round_trip_ns"]
 
     with Target(a.sens, ["--ns", "ram:1G"], rpc=True, prefix="sens-plain-limit-",
                 core=0) as target:
@@ -48,13 +52,16 @@ def main():
         for rep in range(a.reps):
             for queues, qd in SHAPES:
                 shape = f"{queues} x QD{qd}"
+                link = core_round_trip(limit)
                 job = pinned_perf(a.sens, target.port,
                                   ["--rw", "randread", "--bs", "4k", "--qd", str(qd), "--queues",
                                    str(queues), "--size", SPAN, "--time", str(a.time)])
-                runs.append({"shape": shape, "rep": rep, "what": "sens", "iops": job["iops"]})
+                runs.append({"shape": shape, "rep": rep, "what": "sens", "iops": job["iops"],
+                             "core_round_trip_ns": link})
                 for span in (SPAN, "0"):  # (the span ceiling next to sens's run)
+                    iops, link = ceiling(queues, qd, span)
                     runs.append({"shape": shape, "rep": rep, "what": f"limit span {span}",
-                                 "iops": ceiling(queues, qd, span)})
+                                 "iops": iops, "core_round_trip_ns": link})
 
     def med(shape, what):
         return statistics.median(r["iops"] for r in runs if r["shape"] == shape and
@@ -62,18 +69,29 @@ def main():
 
     print(f"4 KiB random reads over {SPAN}, target core 0, host core 1, medians of {a.reps}\n")
     def rep_ratios(shape):
-        by = {(r["rep"], r["what"]): r["iops"] for r in runs if r["shape"] == shape}
-        return sorted(by[(k, "sens")] / by[(k, f"limit span {SPAN}")] for k in range(a.reps))
+        """Each rep's sens / span ratio, for the reps made under one placement of the cores."""
+        by = {(r["rep"], r["what"]): r for r in runs if r["shape"] == shape}
+        ratios = []
+        for k in range(a.reps):
+            three = [by[(k, w)] for w in ("sens", f"limit span {SPAN}", "limit span 0")]
+            if one_placement([r["core_round_trip_ns"] for r in three]):
+                ratios.append(three[0]["iops"] / three[1]["iops"])
+        return sorted(ratios)
 
     print("| shape | sens kIOPS | limit, one block kIOPS | sens / it | limit, span "
-          f"{SPAN} kIOPS | sens / it | sens / span, each rep: median (range) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          f"{SPAN} kIOPS | sens / it | sens / span, each rep in one placement: median (range) | "
+          "such reps | core round trip ns |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for queues, qd in SHAPES:
         shape = f"{queues} x QD{qd}"
         s, one, span = med(shape, "sens"), med(shape, "limit span 0"), med(shape, f"limit span {SPAN}")
         rr = rep_ratios(shape)
+        each = f"{statistics.median(rr):.2f} ({rr[0]:.2f}-{rr[-1]:.2f})" if rr else "none"
+        links = [r["core_round_trip_ns"] for r in runs if r["shape"] == shape and
+                 r["core_round_trip_ns"]]
+        link = f"{min(links):.0f}-{max(links):.0f}" if links else "-"
         print(f"| {shape} | {s / 1e3:.1f} | {one / 1e3:.1f} | {s / one:.2f} | {span / 1e3:.1f} | "
-              f"{s / span:.2f} | {statistics.median(rr):.2f} ({rr[0]:.2f}-{rr[-1]:.2f}) |")
+              f"{s / span:.2f} | {each} | {len(rr)} of {a.reps} | {link} |")
     if a.json:
         json.dump({"runs": runs}, open(a.json, "w"), indent=2)
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from common import free_port, nvme_tls_key
+from common import core_round_trip, free_port, nvme_tls_key, one_placement
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -75,6 +75,7 @@ def main():
         for wl_name, wl in WORKLOADS:
             for rep in range(a.reps):
                 for mode, port, f in modes:
+                    link = core_round_trip(a.limit) if a.limit != "none" else None
                     trid = f"trtype:tcp traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}"
                     cmd = ["taskset", "-c", "1", a.sens, "perf", "-r", trid, "--time", str(a.time),
                            "--warmup", "0.5", "-q", "--size", "256M", "--json", "-"] + wl
@@ -90,7 +91,8 @@ def main():
                     job = j["jobs"][0]
                     iops = job["read"]["iops"] + job["write"]["iops"]
                     runs.append({"workload": wl_name, "mode": mode, "rep": rep, "iops": iops,
-                                 "host_cpu": job.get("usr_cpu", 0) + job.get("sys_cpu", 0)})
+                                 "host_cpu": job.get("usr_cpu", 0) + job.get("sys_cpu", 0),
+                                 "core_round_trip_ns": link})
     finally:
         target.terminate()
         target.wait(timeout=10)
@@ -111,6 +113,8 @@ def main():
         for name in files:
             cells.append(f"{med[name] / 1e3:.1f} ({med[name] / med['plain TCP']:.2f})")
         print(f"| {wl_name} | " + " | ".join(cells) + " |")
+    if any(r["core_round_trip_ns"] for r in runs):
+        print_rep_ratios(runs, a.reps, [m for m, _, _ in modes])
     if ceilings:
         print("\nCeilings (`sens_limit --security none|tls`, the same shapes and TLS records with no "
               "NVMe work, reads from a 256 MiB region, same cores, medians):\n")
@@ -127,6 +131,27 @@ def main():
                   f"{st / lt:.2f} |")
     if a.json:
         json.dump({"runs": runs, "ceilings": ceilings}, open(a.json, "w"), indent=2)
+
+
+def print_rep_ratios(runs, reps, modes):
+    """Each rep's TLS / plain ratios, for the reps whose runs were all made under one placement
+    of the two cores (the machine's speed flips with it: a ratio across a flip means nothing)."""
+    print("\nEach rep's own ratio to plain TCP, over the reps whose runs all saw one placement of "
+          "the cores (`sens_limit --core-round-trip` before each run, within 1.5x):\n")
+    print("| workload | " + " | ".join(f"{m} / plain: median (range)" for m in modes[1:]) +
+          " | such reps | core round trip ns |")
+    print("|---|" + "---:|" * (len(modes) - 1) + "---:|---|")
+    for wl_name in dict.fromkeys(r["workload"] for r in runs):
+        by = {(r["rep"], r["mode"]): r for r in runs if r["workload"] == wl_name}
+        kept = [k for k in range(reps)
+                if one_placement([by[(k, m)]["core_round_trip_ns"] for m in modes])]
+        cells = []
+        for m in modes[1:]:
+            rr = sorted(by[(k, m)]["iops"] / by[(k, modes[0])]["iops"] for k in kept)
+            cells.append(f"{statistics.median(rr):.2f} ({rr[0]:.2f}-{rr[-1]:.2f})" if rr else "none")
+        links = [r["core_round_trip_ns"] for r in by.values() if r["core_round_trip_ns"]]
+        print(f"| {wl_name} | " + " | ".join(cells) +
+              f" | {len(kept)} of {reps} | {min(links):.0f}-{max(links):.0f} |")
 
 
 def limit_ceilings(a):

@@ -39,6 +39,7 @@
 #include "common/units.h"
 #include "tools/cli.h"
 
+#include "core_link.h"
 #include "side.h"
 
 namespace {
@@ -355,6 +356,10 @@ nlohmann::json side_json(const SideCounters& c, uint64_t ios) {
           {"recv_calls_per_io", double(c.recv_calls) * per_io}};
 }
 
+std::string core_name(int core) {
+  return core < 0 ? "an unpinned thread" : "core " + std::to_string(core);
+}
+
 int usage_error(const std::string& msg) {
   std::fprintf(stderr, "sens_limit: %s\n", msg.c_str());
   return 2;
@@ -406,6 +411,12 @@ int limit_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--json", o.json_path, "write the result as JSON to FILE ('-' for stdout)");
   app.add_flag("-q,--quiet", o.quiet, "no summary line on stdout");
+  bool round_trip_only = false;
+  app.add_flag("--core-round-trip", round_trip_only,
+               "only measure how far apart the two cores are (a cache line's round trip between "
+               "--target-core and --client-core, in ns) and exit; every run's JSON has it too "
+               "(core_round_trip_ns, measured just before the run): a VM's vCPUs may sit on one "
+               "chiplet or two, and move, which changes loopback TCP's speed by about 2x");
   if (auto rc = sens::tools::parse_cli(app, argc, argv)) return *rc;
 
   if (rw == "read" || rw == "randread") {
@@ -453,6 +464,31 @@ int limit_main(int argc, char** argv) {
   if (o.poll == PollMode::kBusy && o.target_core >= 0 && o.target_core == o.client_core)
     std::fprintf(stderr, "sens_limit: warning: both busy-polling threads share core %d\n",
                  o.target_core);
+
+  // (Two threads on one core bounce the line only as often as the scheduler switches them.)
+  const bool one_core = cores < 2 || (o.target_core >= 0 && o.target_core == o.client_core);
+  if (round_trip_only && one_core)
+    return usage_error("--core-round-trip needs two different cores");
+  const sens::limit::CoreRoundTrip link =
+      one_core ? sens::limit::CoreRoundTrip{}
+               : sens::limit::measure_core_round_trip(o.target_core, o.client_core);
+  if (!link.error.empty()) {
+    std::fprintf(stderr, "sens_limit: core round trip: %s\n", link.error.c_str());
+    return 1;
+  }
+  if (round_trip_only) {
+    nlohmann::json j = {{"core_round_trip_ns", link.ns},
+                        {"target_core", o.target_core},
+                        {"client_core", o.client_core}};
+    if (!o.quiet)
+      std::printf("%s and %s: a cache line's round trip takes %.0f ns\n",
+                  core_name(o.target_core).c_str(), core_name(o.client_core).c_str(), link.ns);
+    if (o.json_path == "-")
+      std::printf("%s\n", j.dump(1).c_str());
+    else if (!o.json_path.empty() && !(std::ofstream(o.json_path) << j.dump(1) << "\n"))
+      return std::fprintf(stderr, "sens_limit: cannot write %s\n", o.json_path.c_str()), 1;
+    return 0;
+  }
 
   // Whatever goes wrong, the process ends: a stuck syscall cannot outlive this alarm.
   alarm(unsigned(std::ceil(o.warmup_s + o.time_s)) + 30);
@@ -515,6 +551,7 @@ int limit_main(int argc, char** argv) {
       {"answer_bytes", Payload(o).answer.unit_bytes},
       {"target_core", o.target_core},
       {"client_core", o.client_core},
+      {"core_round_trip_ns", one_core ? nlohmann::json() : nlohmann::json(link.ns)},
       {"target", side_json(target_counters, client.completed)},
       {"client", side_json(client.counters, client.completed)},
   };

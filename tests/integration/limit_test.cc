@@ -73,6 +73,34 @@ TEST(Limit, DigestsAndTlsCarryTheSameShapes) {
                   8, "write");
 }
 
+// How far apart the two cores are (a VM's vCPUs on one chiplet or two): alone, and in every
+// run's JSON, so that a bench compares only runs made under the same placement.
+TEST(Limit, MeasuresTheCoresRoundTrip) {
+  const bool two_cores = sysconf(_SC_NPROCESSORS_ONLN) >= 2;
+  auto run = run_limit({"--qd", "4"});
+  ASSERT_TRUE(run.contains("core_round_trip_ns")) << run.dump();
+  if (!two_cores) {
+    EXPECT_TRUE(run["core_round_trip_ns"].is_null());
+    return;
+  }
+  EXPECT_GT(run["core_round_trip_ns"].get<double>(), 0);
+  TempDir dir;
+  RunResult r = run_command({SENS_LIMIT_BINARY, "--core-round-trip", "--json",
+                             dir.file("link.json"), "--target-core", "0", "--client-core", "1"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("core 0 and core 1: a cache line's round trip takes "), std::string::npos)
+      << r.out;
+  auto j = nlohmann::json::parse(read_file(dir.file("link.json")), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_GT(j["core_round_trip_ns"].get<double>(), 0);
+  EXPECT_EQ(j["client_core"], 1);
+  // One core for both: nothing to measure, and said so.
+  r = run_command(
+      {SENS_LIMIT_BINARY, "--core-round-trip", "--target-core", "1", "--client-core", "1"});
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--core-round-trip needs two different cores"), std::string::npos) << r.err;
+}
+
 TEST(Limit, RefusesBadOptions) {
   for (std::vector<std::string> bad : {std::vector<std::string>{"--qd", "0"},
                                        {"--rw", "trim"},
