@@ -200,15 +200,6 @@ void execute_reservation(CommandQueue& q, Request& r) {
       finish_reservation);
 }
 
-// The kernel copies a read's bytes into the socket at the end of the reactor's pass, after
-// the pass's other commands: asked for now, they come from DRAM while those run (random
-// reads over a namespace larger than the cache miss on every line). Up to 16 KiB: a larger
-// read streams, and the hardware prefetcher keeps up with it.
-void prefetch_answer(const uint8_t* mem, uint32_t len) {
-  const uint32_t end = std::min<uint32_t>(len, 16 << 10);
-  for (uint32_t at = 0; at < end; at += 64) __builtin_prefetch(mem + at);
-}
-
 }  // namespace
 
 Plan plan(CommandQueue& q, Request& r) {
@@ -272,7 +263,6 @@ void execute(CommandQueue& q, Request& r) {
         if (const uint8_t* mem = r.ns->device->mapped(r.offset, r.xfer_len)) {
           counters.reads.fetch_add(1, std::memory_order_relaxed);
           counters.read_bytes.fetch_add(r.xfer_len, std::memory_order_relaxed);
-          prefetch_answer(mem, r.xfer_len);
           return q.send_data(r, mem, r.xfer_len, r.buf);  // r.buf: the copy if it must wait
         }
       }

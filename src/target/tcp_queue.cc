@@ -448,7 +448,20 @@ void TcpQueue::on_reader_buffer(BufferPool::Waiter* w) {
 
 // ---------------------------------------------------------------------------- send side
 
+// Plain TCP (and the kernel's TLS records): the kernel copies a zero-copy read's bytes into
+// the socket at the end of the reactor's pass, after the pass's other commands. Asked for now,
+// they come from DRAM while those run: random reads over a namespace larger than the cache miss
+// on every line. Not under sens's own TLS records: sealing prefetches each next piece while it
+// encrypts the current one, which hides the misses better than a wait here (A/B: 0.85-0.90x
+// with both). Up to 16 KiB: a larger read streams, and the hardware prefetcher keeps up.
+void TcpQueue::prefetch_answer(const void* data, uint32_t len) const {
+  if (tls_ && !tls_->kernel_records()) return;
+  const uint32_t end = std::min<uint32_t>(len, 16 << 10);
+  for (uint32_t at = 0; at < end; at += 64) __builtin_prefetch(static_cast<const char*>(data) + at);
+}
+
 void TcpQueue::send_data(Request& r, const void* data, uint32_t len, uint8_t* stable) {
+  if (stable) prefetch_answer(data, len);  // (memory a device holds, not a buffer just filled)
   r.out_data = data;
   r.out_len = len;
   r.out_stable = stable;

@@ -80,6 +80,7 @@ class TcpQueue final : public CommandQueue,
   // CommandQueue
   void send_data(Request& r, const void* data, uint32_t len, uint8_t* stable = nullptr) override;
   bool zero_copy_reads() const override;
+  void prefetch_answer(const void* data, uint32_t len) const;  // a zero-copy read's bytes
   void complete(Request& r, uint16_t status, uint64_t result = 0) override;
   void submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) override;
   void offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
