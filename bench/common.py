@@ -4,6 +4,7 @@ the arguments every such script takes (--sens, --time, --json)."""
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,8 +140,32 @@ def core_round_trip(limit, target_core=0, client_core=1):
     return json.loads(r.stdout)["core_round_trip_ns"]
 
 
-def one_placement(round_trips, spread=1.5):
-    """True when these round trips (ns, None for unknown) were all measured under one
-    placement of the cores: none more than `spread` times another."""
-    known = [x for x in round_trips if x]
-    return bool(known) and max(known) <= spread * min(known)
+def placement(round_trips, nearest, spread=2.5):
+    """Where the cores were for a group of runs, from the round trips (ns) measured around
+    them: "near" if all are within `spread` times `nearest` (the smallest the whole bench saw:
+    near readings vary by up to 1.6x, far ones are 5-10x), "far" if all are beyond it, None if
+    the placement changed in between (or is unknown). A bench that never saw the near
+    placement calls its runs near: the grouping holds, the name is relative."""
+    if not nearest or not round_trips or not all(round_trips):
+        return None
+    near = [x <= spread * nearest for x in round_trips]
+    return "near" if all(near) else "far" if not any(near) else None
+
+
+def by_placement(reps, nearest):
+    """{"near": [...], "far": [...]}: each rep's value grouped by placement(), for reps given as
+    (round trips, value); reps whose placement changed are left out."""
+    out = {"near": [], "far": []}
+    for round_trips, value in reps:
+        where = placement(round_trips, nearest)
+        if where:
+            out[where].append(value)
+    return out
+
+
+def spread_text(values):
+    """'median (low-high), n' of some ratios, or '-' for none."""
+    if not values:
+        return "-"
+    v = sorted(values)
+    return f"{statistics.median(v):.2f} ({v[0]:.2f}-{v[-1]:.2f}), {len(v)}"

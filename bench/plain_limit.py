@@ -10,8 +10,9 @@ the one-block one), --reps times, medians reported, and the median (and range) o
 own sens / span ratio: this machine's speed swings between minutes, and two runs seconds apart
 see the same phase. That phase is mostly where the hypervisor put the two vCPUs (one chiplet
 or two: `sens_limit --core-round-trip`, tens or hundreds of ns); it is measured before each
-sens run and by each ceiling run, and a rep counts in the per-rep ratios only when all three
-agree (within 1.5x). Prints Markdown; --json writes every run."""
+sens run and by each ceiling run, and each rep's ratio is reported with the reps of its
+placement: near (all three within 2.5x of the smallest round trip of the bench) or far (all
+beyond); a rep whose placement changed is left out. Prints Markdown; --json writes every run."""
 import argparse
 import json
 import os
@@ -19,7 +20,8 @@ import statistics
 import subprocess
 import sys
 
-from common import Target, add_common_arguments, core_round_trip, one_placement, pinned_perf
+from common import (Target, add_common_arguments, by_placement, core_round_trip, pinned_perf,
+                    spread_text)
 
 SHAPES = [(1, 32), (1, 128), (4, 32)]
 SPAN = "256M"
@@ -68,30 +70,32 @@ def main():
                                  r["what"] == what)
 
     print(f"4 KiB random reads over {SPAN}, target core 0, host core 1, medians of {a.reps}\n")
+    nearest = min((r["core_round_trip_ns"] for r in runs if r["core_round_trip_ns"]), default=0)
+
     def rep_ratios(shape):
-        """Each rep's sens / span ratio, for the reps made under one placement of the cores."""
+        """Each rep's sens / span ratio, grouped by where the cores were during its three runs."""
         by = {(r["rep"], r["what"]): r for r in runs if r["shape"] == shape}
-        ratios = []
+        reps = []
         for k in range(a.reps):
             three = [by[(k, w)] for w in ("sens", f"limit span {SPAN}", "limit span 0")]
-            if one_placement([r["core_round_trip_ns"] for r in three]):
-                ratios.append(three[0]["iops"] / three[1]["iops"])
-        return sorted(ratios)
+            reps.append(([r["core_round_trip_ns"] for r in three],
+                         three[0]["iops"] / three[1]["iops"]))
+        return by_placement(reps, nearest)
 
     print("| shape | sens kIOPS | limit, one block kIOPS | sens / it | limit, span "
-          f"{SPAN} kIOPS | sens / it | sens / span, each rep in one placement: median (range) | "
-          "such reps | core round trip ns |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+          f"{SPAN} kIOPS | sens / it | each rep's sens / span, cores near: median (range), reps "
+          "| the same, cores far |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for queues, qd in SHAPES:
         shape = f"{queues} x QD{qd}"
         s, one, span = med(shape, "sens"), med(shape, "limit span 0"), med(shape, f"limit span {SPAN}")
-        rr = rep_ratios(shape)
-        each = f"{statistics.median(rr):.2f} ({rr[0]:.2f}-{rr[-1]:.2f})" if rr else "none"
-        links = [r["core_round_trip_ns"] for r in runs if r["shape"] == shape and
-                 r["core_round_trip_ns"]]
-        link = f"{min(links):.0f}-{max(links):.0f}" if links else "-"
+        groups = rep_ratios(shape)
         print(f"| {shape} | {s / 1e3:.1f} | {one / 1e3:.1f} | {s / one:.2f} | {span / 1e3:.1f} | "
-              f"{s / span:.2f} | {each} | {len(rr)} of {a.reps} | {link} |")
+              f"{s / span:.2f} | {spread_text(groups['near'])} | {spread_text(groups['far'])} |")
+    links = [r["core_round_trip_ns"] for r in runs if r["core_round_trip_ns"]]
+    if links:
+        print(f"\nCore round trips {min(links):.0f}-{max(links):.0f} ns (near: up to "
+              f"{2.5 * nearest:.0f}); reps whose placement changed are in neither column.")
     if a.json:
         json.dump({"runs": runs}, open(a.json, "w"), indent=2)
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from common import core_round_trip, free_port, nvme_tls_key, one_placement
+from common import by_placement, core_round_trip, free_port, nvme_tls_key, spread_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -134,24 +134,27 @@ def main():
 
 
 def print_rep_ratios(runs, reps, modes):
-    """Each rep's TLS / plain ratios, for the reps whose runs were all made under one placement
-    of the two cores (the machine's speed flips with it: a ratio across a flip means nothing)."""
-    print("\nEach rep's own ratio to plain TCP, over the reps whose runs all saw one placement of "
-          "the cores (`sens_limit --core-round-trip` before each run, within 1.5x):\n")
-    print("| workload | " + " | ".join(f"{m} / plain: median (range)" for m in modes[1:]) +
-          " | such reps | core round trip ns |")
-    print("|---|" + "---:|" * (len(modes) - 1) + "---:|---|")
+    """Each rep's TLS / plain ratios, grouped by where the two cores were during the rep's runs
+    (the machine's speed flips with it: a ratio across a flip means nothing)."""
+    print("\nEach rep's own ratio to plain TCP, grouped by where the cores were during its runs "
+          "(`sens_limit --core-round-trip` before each run; near: within 2.5x of the smallest; "
+          "reps whose placement changed are left out): median (range), reps\n")
+    print("| workload | " + " | ".join(f"{m} / plain, cores {where}" for where in ("near", "far")
+                                       for m in modes[1:]) + " | core round trip ns |")
+    print("|---|" + "---:|" * (2 * (len(modes) - 1)) + "---|")
+    links = [r["core_round_trip_ns"] for r in runs if r["core_round_trip_ns"]]
+    nearest = min(links)
     for wl_name in dict.fromkeys(r["workload"] for r in runs):
         by = {(r["rep"], r["mode"]): r for r in runs if r["workload"] == wl_name}
-        kept = [k for k in range(reps)
-                if one_placement([by[(k, m)]["core_round_trip_ns"] for m in modes])]
-        cells = []
+        cells = {}
         for m in modes[1:]:
-            rr = sorted(by[(k, m)]["iops"] / by[(k, modes[0])]["iops"] for k in kept)
-            cells.append(f"{statistics.median(rr):.2f} ({rr[0]:.2f}-{rr[-1]:.2f})" if rr else "none")
-        links = [r["core_round_trip_ns"] for r in by.values() if r["core_round_trip_ns"]]
-        print(f"| {wl_name} | " + " | ".join(cells) +
-              f" | {len(kept)} of {reps} | {min(links):.0f}-{max(links):.0f} |")
+            cells[m] = by_placement(
+                [([by[(k, x)]["core_round_trip_ns"] for x in modes],
+                  by[(k, m)]["iops"] / by[(k, modes[0])]["iops"]) for k in range(reps)], nearest)
+        row = [spread_text(cells[m][where]) for where in ("near", "far") for m in modes[1:]]
+        wl_links = [r["core_round_trip_ns"] for r in by.values() if r["core_round_trip_ns"]]
+        print(f"| {wl_name} | " + " | ".join(row) +
+              f" | {min(wl_links):.0f}-{max(wl_links):.0f} |")
 
 
 def limit_ceilings(a):
