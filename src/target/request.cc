@@ -37,14 +37,11 @@ const char* state_name(ReqState s) {
   return "?";
 }
 
-void RequestStates::advance_disallowed(Request& r, ReqState to) {
+void RequestStates::disallowed(const Request& r, ReqState to) {
   ++bad_;
   LOG_WARN("request %u (cid %u): no transition %s -> %s", r.index, r.sqe.cid, state_name(r.state),
            state_name(to));
   assert(false && "request state machine: transition not allowed");
-  --counts_[size_t(r.state)];
-  ++counts_[size_t(to)];
-  r.state = to;
 }
 
 void RequestStates::drop(Request& r) {

@@ -154,7 +154,7 @@ class RequestStates {
   // aborts debug builds) and the move still happens, so the command is not lost.
   void advance(Request& r, ReqState to) {
     if (!transition_allowed(r.state, to)) [[unlikely]]
-      return advance_disallowed(r, to);
+      disallowed(r, to);
     --counts_[size_t(r.state)];
     ++counts_[size_t(to)];
     r.state = to;
@@ -169,7 +169,7 @@ class RequestStates {
   void merge_into(nlohmann::json& totals) const;
 
  private:
-  void advance_disallowed(Request& r, ReqState to);  // counts it, logs, and moves anyway
+  void disallowed(const Request& r, ReqState to);  // counts and logs it (the move goes on)
   std::array<uint32_t, size_t(ReqState::kCount)> counts_{};
   uint64_t bad_ = 0;
   uint64_t dropped_ = 0;

@@ -80,7 +80,6 @@ class TcpQueue final : public CommandQueue,
   // CommandQueue
   void send_data(Request& r, const void* data, uint32_t len, uint8_t* stable = nullptr) override;
   bool zero_copy_reads() const override;
-  void prefetch_answer(const void* data, uint32_t len) const;  // a zero-copy read's bytes
   void complete(Request& r, uint16_t status, uint64_t result = 0) override;
   void submit(Request& r, storage::Op op, uint64_t offset, uint64_t len, void* buf) override;
   void offload(Request& r, WorkerThread& worker, std::function<uint16_t()> work,
@@ -171,6 +170,7 @@ class TcpQueue final : public CommandQueue,
   // EXECUTING (or NEW, AWAITING_H2C, AER answering): carries out r.action.
   void carry_out(Request& r);
   void respond(Request& r, uint16_t status, uint64_t result);  // -> SENDING_RESPONSE
+  void prefetch_answer(const void* data, uint32_t len) const;  // a zero-copy read's bytes
   void send_c2h_data(Request& r);                              // -> SENDING_DATA
   void start_device_io(Request& r);                            // -> WAITING_DEVICE
   void start_offload(Request& r);                              // -> WAITING_DEVICE
