@@ -356,6 +356,20 @@ nlohmann::json side_json(const SideCounters& c, uint64_t ios) {
           {"recv_calls_per_io", double(c.recv_calls) * per_io}};
 }
 
+// --json: `j` to `path` ("-": stdout; empty: nowhere). False (said on stderr) when it cannot.
+bool write_json(const nlohmann::json& j, const std::string& path) {
+  if (path.empty()) return true;
+  if (path == "-") {
+    std::printf("%s\n", j.dump(1).c_str());
+    return true;
+  }
+  std::ofstream f(path);
+  f << j.dump(1) << "\n";
+  f.close();  // a short file's write fails only here (a full disk)
+  if (!f) std::fprintf(stderr, "sens_limit: cannot write %s\n", path.c_str());
+  return bool(f);
+}
+
 std::string core_name(int core) {
   return core < 0 ? "an unpinned thread" : "core " + std::to_string(core);
 }
@@ -483,11 +497,7 @@ int limit_main(int argc, char** argv) {
     if (!o.quiet)
       std::printf("%s and %s: a cache line's round trip takes %.0f ns\n",
                   core_name(o.target_core).c_str(), core_name(o.client_core).c_str(), link.ns);
-    if (o.json_path == "-")
-      std::printf("%s\n", j.dump(1).c_str());
-    else if (!o.json_path.empty() && !(std::ofstream(o.json_path) << j.dump(1) << "\n"))
-      return std::fprintf(stderr, "sens_limit: cannot write %s\n", o.json_path.c_str()), 1;
-    return 0;
+    return write_json(j, o.json_path) ? 0 : 1;
   }
 
   // Whatever goes wrong, the process ends: a stuck syscall cannot outlive this alarm.
@@ -562,19 +572,7 @@ int limit_main(int argc, char** argv) {
         o.write ? "write" : "read", o.bs, o.queues, o.qd, poll.c_str(), security.c_str(),
         o.span ? span.c_str() : "one block", iops, iops * double(o.bs) / double(1 << 20), avg_us,
         p50_us, p99_us);
-  if (!o.json_path.empty()) {
-    if (o.json_path == "-") {
-      std::printf("%s\n", j.dump(1).c_str());
-    } else {
-      std::ofstream f(o.json_path);
-      f << j.dump(1) << "\n";
-      if (!f) {
-        std::fprintf(stderr, "sens_limit: cannot write %s\n", o.json_path.c_str());
-        return 1;
-      }
-    }
-  }
-  return 0;
+  return write_json(j, o.json_path) ? 0 : 1;
 }
 
 }  // namespace

@@ -94,6 +94,10 @@ TEST(Limit, MeasuresTheCoresRoundTrip) {
   ASSERT_FALSE(j.is_discarded());
   EXPECT_GT(j["core_round_trip_ns"].get<double>(), 0);
   EXPECT_EQ(j["client_core"], 1);
+  // A JSON file that cannot be written (a full disk) fails the run and says so.
+  r = run_command({SENS_LIMIT_BINARY, "--core-round-trip", "--json", "/dev/full", "-q"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("sens_limit: cannot write /dev/full"), std::string::npos) << r.err;
   // One core for both: nothing to measure, and said so.
   r = run_command(
       {SENS_LIMIT_BINARY, "--core-round-trip", "--target-core", "1", "--client-core", "1"});
