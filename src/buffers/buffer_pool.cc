@@ -96,12 +96,6 @@ uint64_t BufferPool::huge_bytes() const {
   return total;
 }
 
-int BufferPool::class_of(uint32_t bytes) const {
-  int cls = 0;
-  while (cls < classes_ - 1 && (1u << (kMinShift + cls)) < bytes) ++cls;
-  return cls;
-}
-
 uint32_t BufferPool::class_bytes(uint32_t bytes) const {
   return 1u << (kMinShift + class_of(bytes));
 }
@@ -148,20 +142,6 @@ void BufferPool::drop(int cls, uint8_t* b) {
     std::free(b);
   }
   stats_.allocated_bytes -= size;
-}
-
-bool BufferPool::within_reserve(const Account* a, uint32_t size) const {
-  return a && a->attached && a->in_use + size <= reserve_bytes();
-}
-
-bool BufferPool::over_share(const Account* a, uint32_t size) const {
-  return a && share_ && a->in_use + size > share_;
-}
-
-uint64_t BufferPool::held_back() const {
-  // At most half the pool: past that many connections a reserve is a best effort, and the
-  // others still have half the pool to share.
-  return std::min(unused_reserve_, limit_ / 2);
 }
 
 void BufferPool::charge(Account* a, uint32_t size, bool take) {
@@ -341,7 +321,7 @@ void BufferPool::put(uint8_t* buf, uint32_t bytes, bool receive, Account* accoun
         push(head_, tail_, w);
     }
   }
-  serve_waiters();
+  if (head_ || reserve_head_) serve_waiters();  // (most puts find no one waiting)
 }
 
 bool BufferPool::serve(Waiter*& head, Waiter*& tail, bool reserve_queue) {

@@ -22,6 +22,8 @@
 // to half the pool across all accounts), so a connection can always run one command however
 // busy the others are; and no account holds more than `share_bytes`. A waiter over its share
 // is parked on its account, out of the FIFO, so it never blocks those under theirs.
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -137,12 +139,24 @@ class BufferPool {
     std::vector<uint8_t*> discarded;  // carved, handed back to the kernel, reusable
   };
 
-  int class_of(uint32_t bytes) const;
+  // The smallest class that holds `bytes` (the largest for more): inline, as get() and put()
+  // run for every I/O that takes a buffer.
+  int class_of(uint32_t bytes) const {
+    const int cls =
+        bytes <= (1u << kMinShift) ? 0 : int(std::bit_width(bytes - 1)) - int(kMinShift);
+    return std::min(cls, classes_ - 1);
+  }
   // nullptr at the bound, over the budget, or into the reserves others hold back
   uint8_t* take(int cls, bool receive, Account* account);
-  bool within_reserve(const Account* a, uint32_t size) const;
-  bool over_share(const Account* a, uint32_t size) const;
-  uint64_t held_back() const;  // bytes of reserves not in use that the pool keeps free
+  bool within_reserve(const Account* a, uint32_t size) const {
+    return a && a->attached && a->in_use + size <= reserve_bytes();
+  }
+  bool over_share(const Account* a, uint32_t size) const {
+    return a && share_ && a->in_use + size > share_;
+  }
+  // Bytes of reserves not in use that the pool keeps free: at most half the pool (past that
+  // many connections a reserve is a best effort, and the others still have half to share).
+  uint64_t held_back() const { return std::min(unused_reserve_, limit_ / 2); }
   void charge(Account* a, uint32_t size, bool take);
   // Waiter lists: the reserve queue (served first), the FIFO, an account's parked list.
   static void push(Waiter*& head, Waiter*& tail, Waiter* w);

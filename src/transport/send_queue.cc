@@ -75,13 +75,15 @@ bool SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
   uint32_t bytes = 0;
   for (int i = 0; i < n; ++i) {
     if (iov[i].iov_len == 0) continue;
-    Entry e{iov[i],
-            {},
-            i == changeable ? stable : nullptr,
-            i == changeable ? digest : nullptr,
-            at == first,
-            i == changeable ? digest_source : DigestSource{}};
-    iov_.insert(iov_.begin() + long(at), e);
+    // Appended in place (the usual case); inserted only when a control PDU overtakes.
+    Entry& e = at == iov_.size() ? iov_.emplace_back() : *iov_.emplace(iov_.begin() + long(at));
+    e.iov = iov[i];
+    e.pdu_start = at == first;
+    if (i == changeable) {
+      e.stable = stable;
+      e.digest = digest;
+      e.digest_source = digest_source;
+    }
     ++at;
     bytes += uint32_t(iov[i].iov_len);
   }

@@ -25,8 +25,16 @@ class PoolLayouts : public ::testing::TestWithParam<Layout> {
 
 TEST_P(PoolLayouts, BoundFifoAndReuse) {
   BufferPool pool(options(64 * 1024, 16 * 1024));
+  EXPECT_EQ(pool.class_bytes(0), 4096u);
   EXPECT_EQ(pool.class_bytes(1), 4096u);
+  EXPECT_EQ(pool.class_bytes(4096), 4096u);
+  EXPECT_EQ(pool.class_bytes(4097), 8192u);
   EXPECT_EQ(pool.class_bytes(5000), 8192u);
+  EXPECT_EQ(pool.class_bytes(8192), 8192u);
+  EXPECT_EQ(pool.class_bytes(8193), 16384u);
+  EXPECT_EQ(pool.class_bytes(16384), 16384u);
+  EXPECT_EQ(pool.class_bytes(16385), 16384u) << "capped at the largest class";
+  EXPECT_EQ(pool.class_bytes(UINT32_MAX), 16384u);
   std::vector<uint8_t*> held;
   for (int i = 0; i < 4; ++i) {
     uint8_t* b = pool.get(16 * 1024);
