@@ -180,7 +180,8 @@ void io_metrics(Exposition& e, const target::MetricsSnapshot& m) {
   const std::string lat = "sens_io_latency_seconds";
   e.family(lat, "histogram",
            "NVMe I/O command latency in the target, from the reactor pass that read its capsule "
-           "to its response queued, by subsystem, namespace and opcode");
+           "to the end of the pass that queued its response (when the pass's answers are "
+           "sent), by subsystem, namespace and opcode");
   for (auto& [key, ns] : sum)
     for (size_t k = 0; k < kIoKinds; ++k) {
       if (!shown(ns, k)) continue;

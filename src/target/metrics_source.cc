@@ -80,8 +80,19 @@ void QueueIoMetrics::on_start(IoMetrics& m, const Subsystem& sub, Request& r) {
   r.metrics = lookup(m, sub, r.sqe.nsid);
 }
 
-void QueueIoMetrics::on_complete(IoMetrics& m, const Subsystem* sub, Request& r, uint16_t status,
-                                 Nanos now) {
+QueueIoMetrics::~QueueIoMetrics() {
+  reactor_.cancel_pass_end(*this);
+  on_pass_end();  // (a queue closed mid-pass: its last answers still count)
+}
+
+void QueueIoMetrics::on_pass_end() {
+  if (waiting_.empty()) return;
+  const Nanos now = reactor_.now();
+  for (const Answered& a : waiting_) a.latency->record(now - a.started);
+  waiting_.clear();
+}
+
+void QueueIoMetrics::on_complete(IoMetrics& m, const Subsystem* sub, Request& r, uint16_t status) {
   NsIoMetrics* e = r.metrics;
   if (!e) {
     if (!sub) return;
@@ -91,7 +102,8 @@ void QueueIoMetrics::on_complete(IoMetrics& m, const Subsystem* sub, Request& r,
   IoKind kind = io_kind(r.sqe.opcode);
   auto& op = e->ops[size_t(kind)];
   ++op.commands;
-  op.latency.record(now - r.started);
+  if (waiting_.empty()) reactor_.at_pass_end(*this);
+  waiting_.push_back({&op.latency, r.started});
   if (status != nvme::status::kSuccess)
     e->count_error(status);
   else if (kind == IoKind::kRead || kind == IoKind::kWrite)
@@ -102,7 +114,7 @@ void QueueIoMetrics::on_complete(IoMetrics& m, const Subsystem* sub, Request& r,
 
 void TcpQueue::count_done(Request& r, uint16_t status) {
   if (qid_ != 0 && r.sqe.opcode != nvme::kFabricsOpcode)
-    io_metrics_.on_complete(ctx_.io_metrics, subsystem_, r, status, ctx_.reactor.now());
+    io_metrics_.on_complete(ctx_.io_metrics, subsystem_, r, status);
 }
 
 uint64_t TcpQueue::tally_inflight() const {

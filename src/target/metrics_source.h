@@ -91,16 +91,37 @@ class IoMetrics {
 
 // One I/O queue's way into its reactor's IoMetrics: the entries of its subsystem by nsid, so
 // that a command finds its counters with an index, not a map lookup.
-class QueueIoMetrics {
+//
+// A command's latency runs from the pass that read its capsule to the end of the pass that
+// queued its answer, when the pass's answers are flushed: one clock read per queue and pass,
+// not one per command (the clock cost about 20 ns per I/O at 4 KiB, 1-2 % of the target's
+// time).
+class QueueIoMetrics final : public PassEndHandler {
  public:
+  explicit QueueIoMetrics(Reactor& reactor) : reactor_(reactor) {}
+  ~QueueIoMetrics() override;
+  QueueIoMetrics(const QueueIoMetrics&) = delete;
+  QueueIoMetrics& operator=(const QueueIoMetrics&) = delete;
+
   // An I/O command whose plan passed starts: `r.metrics` (it counts as in flight).
   void on_start(IoMetrics& m, const Subsystem& sub, Request& r);
-  // Its response (or its last data PDU, carrying success) is queued with `status`.
-  void on_complete(IoMetrics& m, const Subsystem* sub, Request& r, uint16_t status, Nanos now);
+  // Its response (or its last data PDU, carrying success) is queued with `status`: counted
+  // now, its latency recorded at the pass end.
+  void on_complete(IoMetrics& m, const Subsystem* sub, Request& r, uint16_t status);
+  // Records the latencies of the commands answered since the last pass end.
+  void on_pass_end() override;
+  // At most one answer per command slot waits for a pass end: room for them all up front.
+  void reserve(size_t slots) { waiting_.reserve(slots); }
 
  private:
   NsIoMetrics* lookup(IoMetrics& m, const Subsystem& sub, uint32_t nsid);
   std::vector<NsIoMetrics*> by_nsid_;  // index nsid (0: no single namespace)
+  struct Answered {
+    LatencyBuckets* latency;  // an IoMetrics entry's: entries are never freed
+    Nanos started;
+  };
+  Reactor& reactor_;
+  std::vector<Answered> waiting_;  // answered this pass
 };
 
 // Everything a scrape reads from one reactor.

@@ -37,6 +37,7 @@ void TcpQueue::on_connected(Subsystem* sub, std::shared_ptr<Controller> ctrl, ui
   ctrl_ = std::move(ctrl);
   qid_ = qid;
   sq_entries_ = sq_entries;
+  io_metrics_.reserve(sq_entries);
   sqhd_ = uint16_t(1 % sq_entries_);
   sqflow_disabled_ = sq_flow_disabled;
   cids_.assign(65536 / 64, 0);

@@ -250,7 +250,7 @@ class TcpQueue final : public CommandQueue,
   uint16_t aer_parked_[kAerLimit]{};  // slots of the outstanding AERs, oldest first
   uint32_t inflight_io_ = 0;
   uint64_t commands_ = 0;
-  QueueIoMetrics io_metrics_;
+  QueueIoMetrics io_metrics_{ctx_.reactor};
   bool quiescing_ = false;  // quiesce(): new commands are held
   uint32_t held_ = 0;       // commands held unstarted since quiesce()
   // QoS: this queue's subsystem's limiters and its host's on this reactor, as of the

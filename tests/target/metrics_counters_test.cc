@@ -2,8 +2,13 @@
 // Target::metrics_snapshot(): exact counts per opcode, also when a read's last C2HData carries
 // success (SQ flow control disabled: no response capsule), and reset_metrics() run on the
 // reactors zeroes them.
+#include <chrono>
+#include <memory>
+#include <thread>
 #include <vector>
 
+#include "target/metrics_source.h"
+#include "target/request.h"
 #include "target_fixture.h"
 
 namespace sens::testing {
@@ -72,6 +77,55 @@ TEST_F(MetricsCounters, CountsEachOpcodeAndResets) {
 TEST_F(MetricsCounters, ReadsAnsweredByTheirLastDataPdu) {
   io(nvme::kCattrDisableSqFlowControl);
   expect_counts();
+}
+
+// A command's latency ends with the pass that queued its answer (when the pass's answers leave),
+// recorded then with one clock read for the queue: an answer queued early in a long pass counts
+// the rest of the pass.
+TEST(QueueLatency, RecordedAtThePassEnd) {
+  Reactor reactor;
+  target::IoMetrics m;
+  target::NsIoMetrics* e = m.entry("nqn.test", 1);
+  const auto& reads = e->ops[size_t(IoKind::kRead)];
+  auto below = [&](size_t bucket) {  // samples in the buckets under kLatencyBounds[bucket]
+    uint64_t n = 0;
+    for (size_t b = 0; b < bucket; ++b) n += reads.latency.counts[b];
+    return n;
+  };
+  std::vector<target::Request> reqs(3);
+  for (auto& r : reqs) {
+    r.sqe.opcode = nvme::io_op::kRead;
+    r.metrics = e;
+  }
+  auto q = std::make_unique<target::QueueIoMetrics>(reactor);
+  q->reserve(reqs.size());
+  reactor.defer([&] {
+    for (auto& r : reqs) {
+      r.started = reactor.now();
+      q->on_complete(m, nullptr, r, nvme::status::kSuccess);
+    }
+    EXPECT_EQ(reads.commands, 3u) << "counted at once";
+    EXPECT_EQ(reads.latency.sum_ns, 0u) << "timed at the pass end";
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // the rest of a long pass
+  });
+  reactor.run_once(0);
+  EXPECT_EQ(reads.commands, 3u);
+  EXPECT_GE(reads.latency.sum_ns, 3u * 3 * kMilli);
+  EXPECT_EQ(below(9), 0u) << "none under 2.5 ms: each waited for the pass end";
+
+  // A queue closed mid-pass records what it answered before it goes.
+  reactor.defer([&] {
+    reqs[0].metrics = e;
+    reqs[0].started = reactor.now() - 10 * kMilli;
+    q->on_complete(m, nullptr, reqs[0], nvme::status::kSuccess);
+    q.reset();
+  });
+  reactor.run_once(0);
+  EXPECT_EQ(reads.commands, 4u);
+  uint64_t timed = 0;
+  for (uint64_t n : reads.latency.counts) timed += n;
+  EXPECT_EQ(timed, 4u);
+  EXPECT_GE(reads.latency.sum_ns, 3u * 3 * kMilli + 10 * kMilli);
 }
 
 }  // namespace
