@@ -118,7 +118,7 @@ void Stats::merge(const Stats& other) {
 
 Scheduler::Scheduler(const Config& config, const Clock& clock) : config_(config), clock_(clock) {}
 
-FlushReason Scheduler::on_enqueue(PduClass cls, uint32_t bytes) {
+FlushReason Scheduler::on_enqueue(PduClass cls, uint32_t bytes, uint32_t pdus) {
   const Policy policy = config_.policy;
   const bool coalescing = policy != Policy::kOff;
   // Eager holds nothing past the pass, so it needs no timer; adaptive's T bounds a hold.
@@ -135,8 +135,8 @@ FlushReason Scheduler::on_enqueue(PduClass cls, uint32_t bytes) {
                           (pdus_ == 0 && timed) || cls == PduClass::kControl;
   const Nanos now = needs_time ? clock_.now() : 0;
   if (pdus_ == 0 && timed) deadline_ = saturating_add(now, config_.timeout);
-  ++pdus_;
-  ++pass_pdus_;
+  pdus_ += pdus;
+  pass_pdus_ += pdus;
   bytes_ = bytes > UINT32_MAX - bytes_ ? UINT32_MAX : bytes_ + bytes;
 
   if (cls == PduClass::kControl) {

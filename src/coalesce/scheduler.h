@@ -86,8 +86,10 @@ class Scheduler {
  public:
   Scheduler(const Config& config, const Clock& clock);
 
-  // A PDU of `bytes` bytes joined the group. Returns the reason to flush now, or kNone.
-  FlushReason on_enqueue(PduClass cls, uint32_t bytes);
+  // A PDU of `bytes` bytes joined the group (or `pdus` PDUs of one class, `bytes` in all,
+  // queued together: a read's data and its response). Returns the reason to flush now, or
+  // kNone.
+  FlushReason on_enqueue(PduClass cls, uint32_t bytes, uint32_t pdus = 1);
   // Returns the reason to flush if a deadline has passed at clock.now(), else kNone.
   FlushReason on_timer();
   // The earliest pending deadline, or kNoDeadline (the owner arms its timer for it).

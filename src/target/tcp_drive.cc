@@ -288,7 +288,7 @@ void TcpQueue::send_c2h_data(Request& r) {
   uint8_t flags = pdu::flag::kDataLast | (success ? pdu::flag::kDataSuccess : 0);
   pdu::build_data(r.data_hdr.data, pdu::Type::kC2HData, r.sqe.cid, 0, 0, len, flags, digests_);
   uint32_t hl = pdu::finish_header(r.data_hdr, digests_);
-  iovec iov[3];
+  iovec iov[4];
   int n = 0;
   iov[n++] = {r.data_hdr.bytes, hl};
   iov[n++] = {const_cast<void*>(data), len};
@@ -300,19 +300,27 @@ void TcpQueue::send_c2h_data(Request& r) {
     iov[n++] = {&r.ddgst, 4};
   }
   states_.advance(r, S::kSendingData);
-  transport::SentCallback sent;
-  if (success) sent = {&TcpQueue::on_resp_sent, this, r.index};  // no response follows
+  // Its response (unless the data carries success) goes in the same call: one scheduler
+  // decision for the pair.
+  const int second = success ? -1 : n;
+  if (!success) iov[n++] = response(r, st::kSuccess, 0);
+  transport::SentCallback sent{&TcpQueue::on_resp_sent, this, r.index};
   if (stable)
     sendq_.enqueue_changeable(iov, n, 1, stable, data_class(), sent, digest ? &r.ddgst : nullptr,
-                              digest ? device_digest(*r.ns->device) : transport::DigestSource{});
+                              digest ? device_digest(*r.ns->device) : transport::DigestSource{},
+                              second);
   else
-    sendq_.enqueue(iov, n, data_class(), sent);
-  if (!success) return respond(r, st::kSuccess, 0);
-  count_done(r, st::kSuccess);
+    sendq_.enqueue(iov, n, data_class(), sent, second);
+  if (success) count_done(r, st::kSuccess);
 }
 
 void TcpQueue::respond(Request& r, uint16_t status, uint64_t result) {
   if (closing()) return drop(r);  // nothing may follow the last PDU
+  iovec iov = response(r, status, result);
+  sendq_.enqueue(&iov, 1, data_class(), {&TcpQueue::on_resp_sent, this, r.index});
+}
+
+iovec TcpQueue::response(Request& r, uint16_t status, uint64_t result) {
   count_done(r, status);
   // Transient conditions may be retried; everything else carries Do Not Retry.
   // Path errors (SCT 3, ANA) must not carry it: the host retries them on another path.
@@ -322,9 +330,8 @@ void TcpQueue::respond(Request& r, uint16_t status, uint64_t result) {
   cqe.dw1 = uint32_t(result >> 32);
   pdu::build_capsule_resp(r.resp_hdr.resp, cqe, digests_);
   uint32_t hl = pdu::finish_header(r.resp_hdr, digests_);
-  iovec iov{r.resp_hdr.bytes, hl};
   states_.advance(r, S::kSendingResponse);
-  sendq_.enqueue(&iov, 1, data_class(), {&TcpQueue::on_resp_sent, this, r.index});
+  return {r.resp_hdr.bytes, hl};
 }
 
 void TcpQueue::send_disconnect_response(Request& r) {

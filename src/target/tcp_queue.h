@@ -170,6 +170,8 @@ class TcpQueue final : public CommandQueue,
   // EXECUTING (or NEW, AWAITING_H2C, AER answering): carries out r.action.
   void carry_out(Request& r);
   void respond(Request& r, uint16_t status, uint64_t result);  // -> SENDING_RESPONSE
+  // The response capsule built and the request moved to SENDING_RESPONSE: its iovec.
+  iovec response(Request& r, uint16_t status, uint64_t result);
   void prefetch_answer(const void* data, uint32_t len) const;  // a zero-copy read's bytes
   void send_c2h_data(Request& r);                              // -> SENDING_DATA
   void start_device_io(Request& r);                            // -> WAITING_DEVICE

@@ -46,8 +46,9 @@ void SendQueue::reset_counters() {
   scheduler_.adopt_stats(coalesce::Stats{});
 }
 
-bool SendQueue::enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent) {
-  return enqueue_changeable(iov, n, -1, nullptr, cls, sent);
+bool SendQueue::enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent,
+                        int second) {
+  return enqueue_changeable(iov, n, -1, nullptr, cls, sent, nullptr, {}, second);
 }
 
 bool SendQueue::enqueue_last(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent) {
@@ -58,13 +59,19 @@ bool SendQueue::enqueue_last(const iovec* iov, int n, coalesce::PduClass cls, Se
 
 bool SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
                                    coalesce::PduClass cls, SentCallback sent, uint32_t* digest,
-                                   DigestSource digest_source) {
+                                   DigestSource digest_source, int second) {
   using coalesce::Policy;
   if (sealed_) {
     ++counters_.refused_sealed;
     return false;
   }
   const Policy policy = scheduler_.config().policy;
+  if (second > 0 && second < n && !coalesce::pass_batched(policy)) {
+    // Each PDU counts (and may flush) on its own: as two calls.
+    if (!enqueue_changeable(iov, second, changeable, stable, cls, {}, digest, digest_source))
+      return false;
+    return enqueue_changeable(iov + second, n - second, -1, nullptr, cls, sent);
+  }
   // Socket full: a control PDU (it unblocks the peer) overtakes PDUs still waiting, under the
   // policies that know PDU classes.
   // Not over TLS: the queue's head is already gathered (and partly encrypted) in order.
@@ -73,12 +80,15 @@ bool SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
   size_t at = overtake ? control_slot() : iov_.size();
   const size_t first = at;
   uint32_t bytes = 0;
+  bool pdu_start = true;
   for (int i = 0; i < n; ++i) {
+    if (i == second) pdu_start = true;
     if (iov[i].iov_len == 0) continue;
     // Appended in place (the usual case); inserted only when a control PDU overtakes.
     Entry& e = at == iov_.size() ? iov_.emplace_back() : *iov_.emplace(iov_.begin() + long(at));
     e.iov = iov[i];
-    e.pdu_start = at == first;
+    e.pdu_start = pdu_start;
+    pdu_start = false;
     if (i == changeable) {
       e.stable = stable;
       e.digest = digest;
@@ -99,7 +109,7 @@ bool SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
   }
   if (blocked_ && stable) snapshot_waiting();  // it will wait: copy it now
   queued_bytes_ += bytes;
-  FlushReason reason = scheduler_.on_enqueue(cls, bytes);
+  FlushReason reason = scheduler_.on_enqueue(cls, bytes, second > 0 && second < n ? 2 : 1);
   if (reason != FlushReason::kNone) {
     commit(reason);
     send_committed();

@@ -73,7 +73,12 @@ class SendQueue final : public PassEndHandler {
   // Queues one PDU made of `n` iovecs. `sent` runs once all its bytes are in the kernel.
   // `bytes` of the PDU count towards the byte cap. May send at once (policy, urgency, caps).
   // False once the queue is sealed: nothing was queued and `sent` never runs.
-  bool enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent = {});
+  // `second` > 0: iov[second..n) is a second PDU of the same class, queued with the first in
+  // one call (a read's data and its response); `sent` runs once both are in the kernel.
+  // Policies that count each PDU against B or send each alone (off, uniform, semantic) take
+  // them as two calls would.
+  bool enqueue(const iovec* iov, int n, coalesce::PduClass cls, SentCallback sent = {},
+               int second = -1);
   // Queues the connection's last PDU (a C2HTermReq, a Disconnect's response) and seals the
   // queue: it takes nothing more, so that PDU is the last on the wire and its callback (which
   // closes the connection) runs after every other one.
@@ -89,9 +94,11 @@ class SendQueue final : public PassEndHandler {
   // so it describes the bytes sent even when a write changes the memory while the PDU waits
   // in its group, and it reads them while they are about to be in cache for the send.
   // `digest_source`, if given, is asked first at that same moment (see DigestSource).
+  // `second`: as for enqueue(), the changeable iovec in the first PDU.
   bool enqueue_changeable(const iovec* iov, int n, int changeable, void* stable,
                           coalesce::PduClass cls, SentCallback sent = {},
-                          uint32_t* digest = nullptr, DigestSource digest_source = {});
+                          uint32_t* digest = nullptr, DigestSource digest_source = {},
+                          int second = -1);
 
   // Sends everything queued now (connection closing, or an owner-level decision).
   void flush(coalesce::FlushReason reason);

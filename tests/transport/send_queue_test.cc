@@ -72,6 +72,50 @@ TEST(SendQueue, OffSendsEveryPduWithItsOwnCall) {
   EXPECT_EQ(std::string(got.begin(), got.end()), "helloworld");
 }
 
+// A read's data and its response queued in one call: one scheduler decision counting both
+// under the pass-batched policies, two sends under off, the uniform group still cut at
+// exactly B; the callback runs once, when both have left.
+TEST(SendQueue, TwoPdusInOneCall) {
+  for (auto policy : {coalesce::Policy::kAdaptive, coalesce::Policy::kEager, coalesce::Policy::kOff,
+                      coalesce::Policy::kUniform}) {
+    SCOPED_TRACE(coalesce::policy_name(policy));
+    Reactor r;
+    Owner o;
+    Pair p(0);
+    auto c = cfg(policy);
+    c.pdus = 3;
+    c.timeout = 10 * kSecond;
+    SendQueue q(r, c, o);
+    q.set_fd(p.fd[0]);
+    char hdr[] = "H", data[] = "data", resp[] = "R";
+    iovec v[3] = {{hdr, 1}, {data, 4}, {resp, 1}};
+    int sent = 0;
+    auto count = [](void* ctx, uint64_t) { ++*static_cast<int*>(ctx); };
+    ASSERT_TRUE(q.enqueue(v, 3, coalesce::PduClass::kData, {count, &sent, 0}, 2));
+    EXPECT_EQ(q.scheduler().queued_pdus() + q.scheduler().stats().pdus_sent, 2u);
+    if (policy == coalesce::Policy::kOff) {
+      EXPECT_EQ(q.counters().sendmsg_calls, 2u) << "one send per PDU";
+      EXPECT_EQ(sent, 1);
+    } else if (policy == coalesce::Policy::kUniform) {
+      EXPECT_EQ(q.counters().sendmsg_calls, 0u) << "two of B = 3";
+      char more[] = "x";
+      iovec m{more, 1};
+      q.enqueue(&m, 1, coalesce::PduClass::kData);
+      EXPECT_EQ(q.counters().sendmsg_calls, 1u) << "the third PDU completes the group";
+      EXPECT_EQ(sent, 1);
+    } else {
+      EXPECT_EQ(sent, 0) << "held for the pass end";
+      r.run_once(0);
+      EXPECT_EQ(q.counters().sendmsg_calls, 1u);
+      EXPECT_EQ(q.scheduler().stats().pdus_sent, 2u);
+      EXPECT_EQ(sent, 1);
+    }
+    std::vector<uint8_t> got;
+    drain(p.fd[1], got);
+    EXPECT_EQ(std::string(got.begin(), got.begin() + 6), "HdataR");
+  }
+}
+
 TEST(SendQueue, UniformHoldsTheGroupUntilCapacity) {
   Reactor r;
   Owner o;
