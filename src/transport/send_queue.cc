@@ -66,7 +66,8 @@ bool SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
     return false;
   }
   const Policy policy = scheduler_.config().policy;
-  if (second > 0 && second < n && !coalesce::pass_batched(policy)) {
+  const bool pair = second > 0 && second < n;
+  if (pair && !coalesce::pass_batched(policy)) {
     // Each PDU counts (and may flush) on its own: as two calls.
     if (!enqueue_changeable(iov, second, changeable, stable, cls, {}, digest, digest_source))
       return false;
@@ -109,7 +110,7 @@ bool SendQueue::enqueue_changeable(const iovec* iov, int n, int changeable, void
   }
   if (blocked_ && stable) snapshot_waiting();  // it will wait: copy it now
   queued_bytes_ += bytes;
-  FlushReason reason = scheduler_.on_enqueue(cls, bytes, second > 0 && second < n ? 2 : 1);
+  FlushReason reason = scheduler_.on_enqueue(cls, bytes, pair ? 2 : 1);
   if (reason != FlushReason::kNone) {
     commit(reason);
     send_committed();
