@@ -165,6 +165,10 @@ bool carries_data(uint8_t type);
 // Fields are checked in header order, so `fei` names the lowest offending field.
 Check check_common(const CommonHeader& ch, Receiver receiver, Digests digests, uint32_t max_plen,
                    bool before_ic = false);
+// The same check, field by field, without check_common()'s shortcut for the usual header of
+// a PDU without data (tests compare the two).
+Check check_common_fields(const CommonHeader& ch, Receiver receiver, Digests digests,
+                          uint32_t max_plen, bool before_ic = false);
 
 // Sizes derived from a validated common header.
 struct Layout {

@@ -299,5 +299,44 @@ TEST(PduCheck, WhyStringsSurviveLaterChecks) {
   EXPECT_STREQ(second.why, "plen 99 for CapsuleResp, expected 24");
 }
 
+// check_common() accepts the usual header of a PDU without data with one comparison; every
+// header near those (each field at, beside and far from its valid value) must get the same
+// verdict, FEI and reason as the field-by-field check.
+TEST(PduCheck, ShortcutAgreesWithTheFieldByFieldCheck) {
+  int accepted = 0, compared = 0;
+  for (int t : {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0xFF}) {
+    for (int flags = 0; flags < 0x20; ++flags) {
+      for (Digests d : kDigestCombos) {
+        const uint32_t want = expected_hlen(uint8_t(t)) ? expected_hlen(uint8_t(t)) : 24;
+        for (uint32_t hlen : {want, want - 1, want + 4, 0u}) {
+          for (uint32_t pdo : {0u, want, want + 4, 1u}) {
+            for (uint32_t plen : {want, want + 4, want + 8, want + 4100, 0u, kMaxPlen + 1}) {
+              for (uint32_t max_plen : {kMaxPlen, want + 2}) {
+                for (Receiver r : {Receiver::kController, Receiver::kHost}) {
+                  for (bool before : {false, true}) {
+                    const CommonHeader ch{uint8_t(t), uint8_t(flags), uint8_t(hlen), uint8_t(pdo),
+                                          plen};
+                    const Check fast = check_common(ch, r, d, max_plen, before);
+                    const Check full = check_common_fields(ch, r, d, max_plen, before);
+                    ++compared;
+                    accepted += bool(full);
+                    ASSERT_EQ(fast.fes, full.fes)
+                        << "type " << t << " flags " << flags << " hlen " << hlen << " pdo "
+                        << pdo << " plen " << plen << " max " << max_plen << ": " << full.why;
+                    ASSERT_EQ(fast.fei, full.fei);
+                    ASSERT_STREQ(fast.why, full.why);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(accepted, 100);  // the valid headers are among those compared
+  EXPECT_GT(compared, 100000);
+}
+
 }  // namespace
 }  // namespace sens::pdu
