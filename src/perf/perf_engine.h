@@ -245,7 +245,7 @@ class Worker {
   bool measuring_ = false, measured_ = false;
   Nanos measure_start_ = 0, measure_end_ = 0;
   DirStats read_, write_;
-  Histogram all_;
+  Histogram all_;  // read_ and write_ latencies together, from end_measure()
   Syscalls sys_start_, window_;
   sens::ConnectionStats coalesce_;  // its own connections' coalescing in the window
   sens::Summary timer_late_;
