@@ -63,7 +63,7 @@ int run_target(int argc, char** argv) {
   target::TargetConfig cfg, cli;  // cli: what the command line says, laid over the file
   std::vector<std::string> listen, namespaces, hosts;
   std::string nqn, config_file, inline_data = "8192", max_h2c = "128k", max_io = "128k",
-                                policy = "adaptive", poll = "adaptive", pg_bytes = "256k";
+                                policy = "adaptive", poll = "adaptive", pg_bytes = "1M";
   uint64_t pg_timeout_us = 50, ctrl_timeout_us = 10;
   bool verbose = false, quiet = false, dump = false;
   app.add_option("--config", config_file, "JSON file with any of the settings below (README)");
@@ -154,7 +154,7 @@ int run_target(int argc, char** argv) {
       ->default_val(4);
   app.add_option("--ctrl-timeout-us", ctrl_timeout_us, "Tc: R2T timer, microseconds")
       ->default_val(10);
-  app.add_option("--pg-bytes", pg_bytes, "byte cap of a group")->default_str("256k");
+  app.add_option("--pg-bytes", pg_bytes, "byte cap of a group")->default_str("1M");
   app.add_option("--sock-buf", cli.sock_buf,
                  "SO_SNDBUF of each connection in bytes (0: kernel default; small "
                  "values force partial sends, for tests)")
