@@ -198,7 +198,8 @@ struct ControllerOptions {
   // kLock sends each command at once under the lock, whatever the policy.
   std::string coalesce = "adaptive";
   uint32_t pg_pdus = 16, pg_timeout_us = 50, ctrl_pdus = 4, ctrl_timeout_us = 10;
-  uint32_t pg_bytes = 64 * 1024;
+  // Byte cap of a group: a pass's commands and write data leave in one send up to it.
+  uint32_t pg_bytes = 1024 * 1024;
   // How owner threads and pollers wait: off|adaptive|always, and the longest adaptive spin.
   std::string poll = "adaptive";
   uint32_t poll_max_us = 50;

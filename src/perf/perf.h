@@ -54,11 +54,10 @@ struct PerfOptions {
   uint64_t seed = 0;            // verify pattern seed; 0 picks one
   uint32_t nsid = 0;            // 0: the first active namespace
   std::string json_path;        // "-" is stdout
-  // The host's groups: a 64 KiB byte cap, as ControllerOptions::pg_bytes (the target's
-  // default is larger: its read answers are the payload that gains from one send a pass).
+  // The host's groups: the byte cap of ControllerOptions::pg_bytes (1 MiB, as the target's).
   coalesce::Config coalesce = [] {
     coalesce::Config c;
-    c.bytes = 64 * 1024;
+    c.bytes = 1024 * 1024;
     return c;
   }();
   PollMode poll = PollMode::kAdaptive;

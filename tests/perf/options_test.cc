@@ -28,7 +28,8 @@ TEST(PerfOptions, DefaultsAreValid) {
   EXPECT_EQ(o.coalesce.timeout, 50 * kMicro);
   EXPECT_EQ(o.coalesce.ctrl_pdus, 4u);
   EXPECT_EQ(o.coalesce.ctrl_timeout, 10 * kMicro);
-  EXPECT_EQ(o.coalesce.bytes, 65536u);
+  EXPECT_EQ(o.coalesce.bytes, 1024u * 1024);
+  EXPECT_EQ(o.coalesce.bytes, sens::ControllerOptions{}.pg_bytes);  // as the host library's
 }
 
 TEST(PerfOptions, RejectsWithPreciseErrors) {
