@@ -12,6 +12,11 @@ come from memory and not from the kernel's zero page.
 
   bench/pairs.py --a OLD/sens --b build/sens -- --rw randread --bs 4k --qd 32
   bench/pairs.py --b-args '--pg-pdus 32' -- --rw randread --bs 4k --qd 32 --queues 4
+  bench/pairs.py --perf-b-args '--pg-bytes 64k' -- --rw randwrite --bs 128k --qd 8
+
+The host varies the same way (--perf-a/--perf-b, --perf-a-args/--perf-b-args): A's host always
+runs against target A and B's against target B, so with the targets left alike only the host
+differs.
 
 Prints every pair and the median of B/A over all pairs and over those within 15 % of 1."""
 import argparse
@@ -53,6 +58,10 @@ def main():
     ap.add_argument("--a-args", default="", help="extra `sens target` options for A")
     ap.add_argument("--b-args", default="", help="extra `sens target` options for B")
     ap.add_argument("--perf", default=default, help="the `sens perf` binary (default build/sens)")
+    ap.add_argument("--perf-a", default=None, help="`sens perf` binary for A (default --perf)")
+    ap.add_argument("--perf-b", default=None, help="`sens perf` binary for B (default --perf)")
+    ap.add_argument("--perf-a-args", default="", help="extra `sens perf` options for A")
+    ap.add_argument("--perf-b-args", default="", help="extra `sens perf` options for B")
     ap.add_argument("--pairs", type=int, default=40)
     ap.add_argument("--time", type=float, default=0.5, help="seconds of each run (default 0.5)")
     ap.add_argument("--size", default="256M", help="namespace size and I/O span (default 256M)")
@@ -63,6 +72,8 @@ def main():
     if a.pairs < 1 or a.time <= 0:
         raise SystemExit("--pairs and --time must be positive")
     workload = a.workload or ["--rw", "randread", "--bs", "4k", "--qd", "32"]
+    hosts = [(a.perf_a or a.perf, shlex.split(a.perf_a_args)),
+             (a.perf_b or a.perf, shlex.split(a.perf_b_args))]
     if "--size" not in workload:
         workload += ["--size", a.size]
     kind = "write" if any(w in ("write", "randwrite") for w in workload) else "read"
@@ -77,7 +88,8 @@ def main():
         iops = {0: [], 1: []}
         for p in range(a.pairs):
             for i in ((0, 1) if p % 2 == 0 else (1, 0)):
-                j = pinned_perf(a.perf, targets[i][1], workload + ["--time", str(a.time)])
+                perf, extra = hosts[i]
+                j = pinned_perf(perf, targets[i][1], workload + extra + ["--time", str(a.time)])
                 iops[i].append(j["jobs"][0][kind]["iops"])
             print(f"pair {p + 1}: A {iops[0][-1] / 1e3:.1f}k B {iops[1][-1] / 1e3:.1f}k "
                   f"B/A {iops[1][-1] / iops[0][-1]:.3f}", flush=True)
@@ -96,6 +108,8 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"a": a.a, "b": a.b, "a_args": a.a_args, "b_args": a.b_args,
+                       "perf_a": hosts[0][0], "perf_b": hosts[1][0],
+                       "perf_a_args": a.perf_a_args, "perf_b_args": a.perf_b_args,
                        "workload": workload, "time": a.time, "iops_a": iops[0],
                        "iops_b": iops[1], "ratios": ratios}, f, indent=1)
 
