@@ -117,7 +117,9 @@ TEST(SchedulerProperty, MatchesReferenceAndHonoursLimits) {
         uint32_t bytes = uint32_t(uni(8, 9000));
         FlushReason got = s.on_enqueue(cls, bytes);
         ASSERT_EQ(got, ref.enqueue(clock.now(), cls, bytes));
-        if (!pass_batched(c.policy)) ASSERT_LE(s.queued_pdus(), std::max<uint32_t>(c.pdus, 1));
+        if (!pass_batched(c.policy)) {
+          ASSERT_LE(s.queued_pdus(), std::max<uint32_t>(c.pdus, 1));
+        }
         if (got != FlushReason::kNone) flush(got);
       } else if (op < 90) {  // time passes; a punctual owner fires its timer at next_deadline()
         // Whole microseconds half the time, so deadlines tie and land exactly on PDUs.
@@ -152,9 +154,12 @@ TEST(SchedulerProperty, MatchesReferenceAndHonoursLimits) {
         ASSERT_EQ(s.queued_pdus(), 0u);
       } else {
         // Never holds B, but for an eager or adaptive group of payload (the byte cap's).
-        if (!pass_batched(c.policy) || s.queued_bytes() < s.queued_pdus() * kSmallPduBytes)
+        if (!pass_batched(c.policy) || s.queued_bytes() < s.queued_pdus() * kSmallPduBytes) {
           ASSERT_LT(s.queued_pdus(), std::max<uint32_t>(c.pdus, 1));
-        if (c.bytes > 0) ASSERT_LT(s.queued_bytes(), c.bytes);
+        }
+        if (c.bytes > 0) {
+          ASSERT_LT(s.queued_bytes(), c.bytes);
+        }
         // Nothing queued is past its deadline.
         if (s.queued_pdus() > 0) {
           ASSERT_LT(clock.now(), s.next_deadline());
@@ -168,7 +173,9 @@ TEST(SchedulerProperty, MatchesReferenceAndHonoursLimits) {
     ASSERT_EQ(st.pdus_sent, ref.batch_sum);
     ASSERT_EQ(st.pdus_per_flush.count(), ref.batches);
     ASSERT_EQ(st.pdus_per_flush.sum(), ref.batch_sum);
-    if (!pass_batched(c.policy)) ASSERT_LE(st.pdus_per_flush.max(), std::max<uint32_t>(c.pdus, 1));
+    if (!pass_batched(c.policy)) {
+      ASSERT_LE(st.pdus_per_flush.max(), std::max<uint32_t>(c.pdus, 1));
+    }
     ASSERT_EQ(st.r2t_delay_ns.count(), ref.r2t_count);
     ASSERT_EQ(st.r2t_delay_ns.sum(), ref.r2t_sum);
     for (auto n : st.flushes) total_flushes += n;
