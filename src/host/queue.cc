@@ -170,6 +170,7 @@ bool Queue::submitv(const nvme::Sqe& sqe, const iovec* iov_in, int iovcnt, uint3
   s.tag = tag;
   s.active = true;
   ++inflight_;
+  if (dir == DataDir::kHostToController && !s.in_capsule) r2t_write_bytes_ += len;
   if (!options_.remote_submit) reactor_.add_outstanding(1);  // hybrid polling: an answer is due
   ++counters_.submitted;
 
@@ -400,6 +401,15 @@ void Queue::issue_h2c(uint16_t cid) {
     // so under the semantic policy it flushes early (c2 / Tc) like an R2T does.
     send_->enqueue(iov, n, PduClass::kControl, {&Queue::on_h2c_sent, this, cid});
   }
+  // A group that holds half of the write data the target waits for leaves now, not with the
+  // pass: the target opens and writes the first half while this side makes the second. With
+  // all of it in one send the two sides take turns where a pass answers every R2T in flight
+  // (16 KiB writes QD8 over TLS 1.12x; plain 128 KiB writes QD8 1.04x, 16 KiB QD8 unchanged).
+  // (Eager and adaptive only: uniform and semantic are the baselines' rules, kept as they are.)
+  const coalesce::Scheduler& group = send_->scheduler();
+  if (state_ == State::kOpen && coalesce::pass_batched(group.config().policy) &&
+      group.queued_bytes() > 0 && group.queued_bytes() * 2 >= r2t_write_bytes_)
+    send_->flush(coalesce::FlushReason::kByteCap);
 }
 
 void Queue::on_cmd_sent(void* ctx, uint64_t cid) {
@@ -463,6 +473,7 @@ void Queue::complete(uint16_t cid) {
   s.cb = nullptr;
   if (!options_.external_cids) free_.push_back(cid);
   --inflight_;
+  if (s.dir == DataDir::kHostToController && !s.in_capsule) r2t_write_bytes_ -= s.len;
   if (!options_.remote_submit) reactor_.add_outstanding(-1);
   ++counters_.completed;
   if (cb) cb(ctx, tag, result);  // may submit again, reusing this very slot

@@ -225,6 +225,9 @@ class Queue final : public EventHandler,
   std::vector<H2CSlot> h2c_;  // max_h2c_window per slot
   std::vector<uint16_t> free_;
   uint32_t inflight_ = 0;
+  // Data of the writes in flight that go by R2T (not in the capsule): what the target waits
+  // for. issue_h2c() sends a group of H2CData once it holds half of it (see there).
+  uint64_t r2t_write_bytes_ = 0;
   pdu::HeaderSlot ic_slot_;
   pdu::HeaderSlot term_slot_;
   Timer watchdog_;

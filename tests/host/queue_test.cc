@@ -263,6 +263,64 @@ TEST_P(H2CTest, R2TAnsweredInMaxh2cdataPieces) {
 
 INSTANTIATE_TEST_SUITE_P(Digests, H2CTest, ::testing::Bool());
 
+// Four 16 KiB writes through R2T, the four R2Ts in one read: under eager (and adaptive) a group
+// of H2CData leaves as soon as it holds half of the write data in flight (two PDUs of four),
+// not at the pass end, so the target works on the first half while the host makes the second.
+// Uniform is a baseline's rule and keeps its B and T. Either way the data arrives whole.
+class H2CHalfTest : public ScriptedTest, public ::testing::WithParamInterface<coalesce::Policy> {};
+
+TEST_P(H2CHalfTest, H2CDataLeavesAtHalfTheWriteDataInFlight) {
+  const coalesce::Policy policy = GetParam();
+  QueueOptions qo = io_queue();
+  qo.coalesce.policy = policy;
+  qo.coalesce.timeout = 20 * kMilli;  // (uniform: sent by its timer, well before read_pdu gives up)
+  ASSERT_EQ(open(qo, 65536), "");
+  queue_->set_incapsule_limit(4096);
+  constexpr uint32_t kLen = 16384;
+  std::vector<uint8_t> buf(4 * kLen);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = uint8_t(i * 13 + (i >> 9));
+  Done d[4];
+  for (int w = 0; w < 4; ++w) ASSERT_TRUE(submit_write(buf.data() + w * kLen, kLen, &d[w]));
+  uint16_t cids[4];
+  for (auto& cid : cids) {
+    auto cmd = read_pdu();
+    pdu::CapsuleCmd c;
+    ASSERT_GE(cmd.size(), sizeof(c));
+    std::memcpy(&c, cmd.data(), sizeof(c));
+    cid = c.sqe.cid;
+  }
+  std::vector<uint8_t> r2ts;
+  for (int w = 0; w < 4; ++w) {
+    pdu::R2T r2t;
+    pdu::build_r2t(r2t, cids[w], uint16_t(0x100 + w), 0, kLen, {false, false});
+    r2ts.insert(r2ts.end(), reinterpret_cast<uint8_t*>(&r2t),
+                reinterpret_cast<uint8_t*>(&r2t) + sizeof(r2t));
+  }
+  send_bytes(r2ts.data(), r2ts.size());  // one write: the host reads all four in one pass
+  for (int w = 0; w < 4; ++w) {
+    auto p = read_pdu();
+    pdu::DataHeader h;
+    ASSERT_EQ(p.size(), sizeof(h) + kLen);
+    std::memcpy(&h, p.data(), sizeof(h));
+    EXPECT_EQ(h.cccid, cids[w]);
+    EXPECT_EQ(h.ttag, 0x100 + w);
+    EXPECT_EQ(std::memcmp(p.data() + sizeof(h), buf.data() + w * kLen, kLen), 0);
+  }
+  for (int w = 0; w < 4; ++w) send_resp(cids[w]);
+  ASSERT_TRUE(pump_until([&] { return d[0].called && d[1].called && d[2].called && d[3].called; }));
+  const auto& flushes = queue_->send_queue().scheduler().stats().flushes;
+  const uint64_t at_half = flushes[size_t(coalesce::FlushReason::kByteCap)];
+  if (policy == coalesce::Policy::kUniform) {
+    EXPECT_EQ(at_half, 0u);
+  } else {
+    EXPECT_EQ(at_half, 2u);  // after the second and the fourth H2CData
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, H2CHalfTest,
+                         ::testing::Values(coalesce::Policy::kEager, coalesce::Policy::kAdaptive,
+                                           coalesce::Policy::kUniform));
+
 TEST_F(ScriptedTest, SecondR2TWhileAnsweringIsAProtocolError) {
   QueueOptions qo = io_queue();
   qo.max_h2c_window = 1;  // keeps the first R2T's answer unfinished while nothing is read
