@@ -308,21 +308,30 @@ size_t TlsRecordKeys::seal(const iovec* iov, size_t iovcnt, size_t* index, size_
   uint8_t* p = out + kTlsHeaderBytes;
   size_t i = *index, off = *offset, left = plain;
   // A read's payload comes from pages the cache has long lost (a RAM namespace larger than
-  // it): the next piece's lines are asked for while this one is encrypted, so that the
-  // cipher does not wait for memory one line at a time (about a fifth of the seal's time for
-  // 4 KiB pieces from random pages, measured).
-  if (i < iovcnt)
-    prefetch_lines(static_cast<const uint8_t*>(iov[i].iov_base) + off,
-                   std::min(iov[i].iov_len - off, left));
+  // it): the lines of the next kLookahead bytes of the record are asked for while a piece is
+  // encrypted, so that the cipher does not wait for memory one line at a time (about a fifth
+  // of the seal's time for 4 KiB pieces from random pages, measured). Counted in bytes, not
+  // pieces: an answer's 4 KiB follows its 24-byte header, whose encryption gives no time.
+  constexpr size_t kLookahead = 4096;
+  size_t ask = i, asked = 0;  // the next piece to ask for; bytes asked for from here on
+  auto ask_ahead = [&](size_t want) {
+    while (asked < want && asked < left && ask < iovcnt) {
+      const size_t from = ask == i ? off : 0;
+      const size_t n = std::min(iov[ask].iov_len - from, left - asked);
+      prefetch_lines(static_cast<const uint8_t*>(iov[ask].iov_base) + from, n);
+      asked += n;
+      ++ask;
+    }
+  };
   while (left > 0 && i < iovcnt) {
     const size_t k = std::min(iov[i].iov_len - off, left);
     if (k > 0) {
-      if (k < left && i + 1 < iovcnt)
-        prefetch_lines(iov[i + 1].iov_base, std::min(iov[i + 1].iov_len, left - k));
+      ask_ahead(k + kLookahead);
       encrypt(p, static_cast<const uint8_t*>(iov[i].iov_base) + off, k);
       p += k;
       left -= k;
       off += k;
+      asked -= k;
     }
     if (off == iov[i].iov_len) {
       ++i;
