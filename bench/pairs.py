@@ -36,8 +36,8 @@ from common import ROOT, free_port, nvme_tls_key, pinned_perf  # noqa: E402
 
 def start_target(binary, extra, ns, work, name, key=None):
     """A target on core 0: (process, plain port, TLS port or None)."""
-    port = free_port()
-    tls = ["--tls-listen", f"127.0.0.1:{free_port()}", "--tls", key] if key else []
+    port, tls_port = free_port(), free_port() if key else None
+    tls = ["--tls-listen", f"127.0.0.1:{tls_port}", "--tls", key] if key else []
     log = os.path.join(work, f"{name}.log")
     proc = subprocess.Popen(
         ["taskset", "-c", "0", binary, "target", "--listen", f"127.0.0.1:{port}",
@@ -49,7 +49,7 @@ def start_target(binary, extra, ns, work, name, key=None):
             proc.kill()
             raise SystemExit(f"target {name} ({binary}) did not start:\n{open(log).read()}")
         time.sleep(0.1)
-    return proc, port, int(tls[1].rsplit(":", 1)[1]) if key else None
+    return proc, port, tls_port
 
 
 def main():

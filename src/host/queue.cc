@@ -170,7 +170,7 @@ bool Queue::submitv(const nvme::Sqe& sqe, const iovec* iov_in, int iovcnt, uint3
   s.tag = tag;
   s.active = true;
   ++inflight_;
-  if (dir == DataDir::kHostToController && !s.in_capsule) r2t_write_bytes_ += len;
+  if (s.by_r2t()) r2t_write_bytes_ += len;
   if (!options_.remote_submit) reactor_.add_outstanding(1);  // hybrid polling: an answer is due
   ++counters_.submitted;
 
@@ -350,7 +350,7 @@ bool Queue::on_r2t(const pdu::R2T& r2t) {
   if (cid >= slots_.size() || !slots_[cid].active || slots_[cid].responded)
     return bad(pdu::fes::kInvalidHeaderField, kFeiCid, "not in flight");
   Slot& s = slots_[cid];
-  if (s.dir != DataDir::kHostToController || s.in_capsule)
+  if (!s.by_r2t())
     return bad(pdu::fes::kInvalidHeaderField, kFeiCid,
                s.in_capsule ? "its data went in-capsule" : "the command writes no data");
   if (s.h2c_issued < s.r2t_end)
@@ -473,7 +473,7 @@ void Queue::complete(uint16_t cid) {
   s.cb = nullptr;
   if (!options_.external_cids) free_.push_back(cid);
   --inflight_;
-  if (s.dir == DataDir::kHostToController && !s.in_capsule) r2t_write_bytes_ -= s.len;
+  if (s.by_r2t()) r2t_write_bytes_ -= s.len;
   if (!options_.remote_submit) reactor_.add_outstanding(-1);
   ++counters_.completed;
   if (cb) cb(ctx, tag, result);  // may submit again, reusing this very slot

@@ -167,6 +167,8 @@ class Queue final : public EventHandler,
     bool active = false;
     bool in_capsule = false;
     bool responded = false;
+    // A write whose data waits for the target's R2T (it did not fit in the capsule).
+    bool by_r2t() const { return dir == DataDir::kHostToController && !in_capsule; }
     bool timed_out = false;
     uint8_t opcode = 0;
     uint32_t received = 0;    // C2HData bytes so far

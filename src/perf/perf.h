@@ -54,10 +54,10 @@ struct PerfOptions {
   uint64_t seed = 0;            // verify pattern seed; 0 picks one
   uint32_t nsid = 0;            // 0: the first active namespace
   std::string json_path;        // "-" is stdout
-  // The host's groups: the byte cap of ControllerOptions::pg_bytes (1 MiB, as the target's).
+  // The host's groups: the byte cap is the host library's default (ControllerOptions::pg_bytes).
   coalesce::Config coalesce = [] {
     coalesce::Config c;
-    c.bytes = 1024 * 1024;
+    c.bytes = sens::ControllerOptions{}.pg_bytes;
     return c;
   }();
   PollMode poll = PollMode::kAdaptive;
